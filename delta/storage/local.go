@@ -1,0 +1,202 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// TempPrefix starts the name of every temporary file Local writes before it
+// links or renames it into place. A crash can leave such files behind; they
+// are never referenced by the log and vacuum may delete them.
+const TempPrefix = ".cdcapply-tmp-"
+
+// Local is Storage on the local file system rooted at a directory.
+type Local struct {
+	root string
+}
+
+// NewLocal returns local storage rooted at dir. The directory is created on
+// the first write, not here, so opening a missing table is not a side effect.
+func NewLocal(dir string) *Local {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return &Local{root: abs}
+}
+
+// Location returns the root directory.
+func (l *Local) Location() string { return l.root }
+
+func (l *Local) full(p string) (string, error) {
+	clean := path.Clean("/" + p)
+	if clean == "/" && p != "" && p != "." && p != "/" {
+		return "", fmt.Errorf("resolve path %q: outside %s", p, l.root)
+	}
+	return filepath.Join(l.root, filepath.FromSlash(clean)), nil
+}
+
+// List implements Storage.
+func (l *Local) List(ctx context.Context, dir string) ([]FileInfo, error) {
+	base, err := l.full(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []FileInfo
+	err = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		rel, err := filepath.Rel(l.root, p)
+		if err != nil {
+			return err
+		}
+		out = append(out, FileInfo{Path: filepath.ToSlash(rel), Size: info.Size(), ModTime: info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s/%s: %w", l.root, dir, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// Read implements Storage.
+func (l *Local) Read(ctx context.Context, p string) ([]byte, error) {
+	full, err := l.full(p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(full)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("read %s: %w", full, ErrNotExist)
+		}
+		return nil, fmt.Errorf("read %s: %w", full, err)
+	}
+	return b, nil
+}
+
+// writeTemp writes data to a fresh temporary file next to full and fsyncs it.
+func writeTemp(full string, data []byte) (string, error) {
+	dir := filepath.Dir(full)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, TempPrefix+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// WriteIfAbsent implements Storage. The content is written to a temporary
+// file and fsynced first, then hard-linked to the final name: link fails with
+// EEXIST if another writer won, so a reader never sees a partial file.
+func (l *Local) WriteIfAbsent(ctx context.Context, p string, data []byte) error {
+	full, err := l.full(p)
+	if err != nil {
+		return err
+	}
+	tmp, err := writeTemp(full, data)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", full, err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, full); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("write %s: %w", full, ErrExist)
+		}
+		return fmt.Errorf("write %s: %w", full, err)
+	}
+	if err := syncDir(filepath.Dir(full)); err != nil {
+		return fmt.Errorf("sync dir of %s: %w", full, err)
+	}
+	return nil
+}
+
+// Write implements Storage with temp-then-rename.
+func (l *Local) Write(ctx context.Context, p string, data []byte) error {
+	full, err := l.full(p)
+	if err != nil {
+		return err
+	}
+	tmp, err := writeTemp(full, data)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", full, err)
+	}
+	if err := os.Rename(tmp, full); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", full, err)
+	}
+	if err := syncDir(filepath.Dir(full)); err != nil {
+		return fmt.Errorf("sync dir of %s: %w", full, err)
+	}
+	return nil
+}
+
+// Delete implements Storage.
+func (l *Local) Delete(ctx context.Context, p string) error {
+	full, err := l.full(p)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", full, err)
+	}
+	return nil
+}
+
+// IsTemp reports whether a listed path is a temporary file of an unfinished write.
+func IsTemp(p string) bool { return strings.HasPrefix(path.Base(p), TempPrefix) }

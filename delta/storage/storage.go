@@ -1,0 +1,47 @@
+// Package storage is the small file-system interface the Delta log and data
+// files are written through: list, read, write-if-absent, write and delete.
+//
+// The local file system is the embedded default. Put-if-absent is what makes
+// Delta's optimistic concurrency safe, so every implementation must make
+// WriteIfAbsent atomic: either the whole file appears under the name, or the
+// call fails with ErrExist and the existing file is untouched.
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotExist is returned (wrapped) when a path does not exist.
+var ErrNotExist = errors.New("file does not exist")
+
+// ErrExist is returned (wrapped) by WriteIfAbsent when the path already exists.
+var ErrExist = errors.New("file already exists")
+
+// FileInfo describes one file returned by List.
+type FileInfo struct {
+	// Path is slash-separated and relative to the storage root.
+	Path    string
+	Size    int64
+	ModTime time.Time
+}
+
+// Storage is a flat namespace of immutable-ish files addressed by
+// slash-separated paths relative to a root (a table location).
+type Storage interface {
+	// List returns every file under dir (recursively), sorted by Path.
+	// A missing dir yields an empty list, not an error.
+	List(ctx context.Context, dir string) ([]FileInfo, error)
+	// Read returns the whole content of path, or an error wrapping ErrNotExist.
+	Read(ctx context.Context, path string) ([]byte, error)
+	// WriteIfAbsent atomically creates path with data; if path exists it
+	// returns an error wrapping ErrExist and leaves the file as it was.
+	WriteIfAbsent(ctx context.Context, path string, data []byte) error
+	// Write atomically creates or replaces path with data.
+	Write(ctx context.Context, path string, data []byte) error
+	// Delete removes path. Deleting a missing path is not an error.
+	Delete(ctx context.Context, path string) error
+	// Location names the root for error messages (a directory or URL).
+	Location() string
+}
