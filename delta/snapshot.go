@@ -22,9 +22,12 @@ type Snapshot struct {
 	Schema StructType
 
 	// files are the live add actions keyed by (path, deletion vector id).
-	files map[FileKey]*Add
-	// tombstones are the remove actions still kept (for checkpoints and vacuum).
-	tombstones map[FileKey]*Remove
+	// It is a layered map shared with the snapshots it derives from: read
+	// it through the accessors or rangeFiles, never as a plain map.
+	files layered[Add]
+	// tombstones are the remove actions still kept (for checkpoints and
+	// vacuum), layered like files.
+	tombstones layered[Remove]
 	// txns holds the latest txn action per appId.
 	txns map[string]Txn
 	// domains holds the live (not removed) domain metadata per domain.
@@ -37,10 +40,11 @@ type Snapshot struct {
 // Files returns the live add actions sorted by path. The slice is new; the
 // actions are shared and must not be modified.
 func (s *Snapshot) Files() []*Add {
-	out := make([]*Add, 0, len(s.files))
-	for _, a := range s.files {
+	out := make([]*Add, 0, s.files.len())
+	s.files.each(func(_ FileKey, a *Add) bool {
 		out = append(out, a)
-	}
+		return true
+	})
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Path != out[j].Path {
 			return out[i].Path < out[j].Path
@@ -51,20 +55,20 @@ func (s *Snapshot) Files() []*Add {
 }
 
 // NumFiles returns the number of live data files.
-func (s *Snapshot) NumFiles() int { return len(s.files) }
+func (s *Snapshot) NumFiles() int { return s.files.len() }
 
 // File returns the live add action for a key.
 func (s *Snapshot) File(k FileKey) (*Add, bool) {
-	a, ok := s.files[k]
-	return a, ok
+	return s.files.get(k)
 }
 
 // Tombstones returns the remove actions kept in the snapshot, sorted by path.
 func (s *Snapshot) Tombstones() []*Remove {
-	out := make([]*Remove, 0, len(s.tombstones))
-	for _, r := range s.tombstones {
+	out := make([]*Remove, 0, s.tombstones.len())
+	s.tombstones.each(func(_ FileKey, r *Remove) bool {
 		out = append(out, r)
-	}
+		return true
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
@@ -102,3 +106,120 @@ func (s *Snapshot) Domains() map[string]DomainMetadata {
 // CheckpointVersion is the version of the checkpoint the snapshot was
 // replayed from, or -1.
 func (s *Snapshot) CheckpointVersion() int64 { return s.checkpointVersion }
+
+// rangeFiles calls f for each live add action in no particular order until
+// f returns false. It copies nothing, unlike Files.
+func (s *Snapshot) rangeFiles(f func(*Add) bool) {
+	s.files.each(func(_ FileKey, a *Add) bool { return f(a) })
+}
+
+// rangeTombstones calls f for each kept remove action in no particular order
+// until f returns false.
+func (s *Snapshot) rangeTombstones(f func(*Remove) bool) {
+	s.tombstones.each(func(_ FileKey, r *Remove) bool { return f(r) })
+}
+
+// NumTombstones returns the number of remove actions kept in the snapshot.
+func (s *Snapshot) NumTombstones() int { return s.tombstones.len() }
+
+// layered is an immutable map from FileKey to *T built as a shared base map
+// plus a small overlay of changes. Deriving a new version with a few changes
+// copies only the overlay, so a commit on a table of 100k files does not
+// copy 100k entries; once the overlay outgrows a bound it is folded into a
+// new base. A nil value in the overlay marks a key deleted from the base.
+type layered[T any] struct {
+	base map[FileKey]*T // never written after construction
+	over map[FileKey]*T // never written after construction
+	n    int            // live entries
+}
+
+func (m *layered[T]) len() int { return m.n }
+
+func (m *layered[T]) get(k FileKey) (*T, bool) {
+	if v, ok := m.over[k]; ok {
+		return v, v != nil
+	}
+	v, ok := m.base[k]
+	return v, ok
+}
+
+// each calls f for every live entry until f returns false.
+func (m *layered[T]) each(f func(FileKey, *T) bool) {
+	for k, v := range m.base {
+		if _, shadowed := m.over[k]; shadowed {
+			continue
+		}
+		if !f(k, v) {
+			return
+		}
+	}
+	for k, v := range m.over {
+		if v != nil && !f(k, v) {
+			return
+		}
+	}
+}
+
+// with returns a new map with changes applied (a nil value deletes the key);
+// m is left as it was. Its cost is the overlay's size plus the changes',
+// and a full copy only when the overlay is folded into the base.
+func (m *layered[T]) with(changes map[FileKey]*T) layered[T] {
+	if len(changes) == 0 {
+		return *m
+	}
+	out := layered[T]{base: m.base, n: m.n}
+	out.over = make(map[FileKey]*T, len(m.over)+len(changes))
+	for k, v := range m.over {
+		out.over[k] = v
+	}
+	for k, v := range changes {
+		_, had := m.get(k)
+		switch {
+		case v != nil && !had:
+			out.n++
+		case v == nil && had:
+			out.n--
+		}
+		if _, inBase := m.base[k]; !inBase && v == nil {
+			// Deleting a key the base lacks needs no marker.
+			delete(out.over, k)
+			continue
+		}
+		out.over[k] = v
+	}
+	if len(out.over) > overlayLimit(len(out.base)) {
+		out = out.flatten()
+	}
+	return out
+}
+
+// flatten folds the overlay into a new base.
+func (m layered[T]) flatten() layered[T] {
+	base := make(map[FileKey]*T, m.n)
+	m.each(func(k FileKey, v *T) bool {
+		base[k] = v
+		return true
+	})
+	return layered[T]{base: base, n: len(base)}
+}
+
+// overlayLimit bounds the overlay of a base of n entries. Per commit of c
+// changes the overlay copy costs about limit/2 and folding costs n every
+// limit/c commits; a limit near sqrt(n) keeps both small (about 1.3k
+// entries at 100k files instead of copying 100k).
+func overlayLimit(n int) int {
+	l := 4
+	for l*l < n {
+		l *= 2
+	}
+	l *= 4
+	if l < 256 {
+		l = 256
+	}
+	return l
+}
+
+// newLayered wraps a plain map the caller hands over and no longer writes.
+func newLayered[T any](m map[FileKey]*T) layered[T] {
+	return layered[T]{base: m, n: len(m)}
+}
