@@ -1,0 +1,115 @@
+package apply
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodConfig = `
+pipeline: {id: shop}
+kafka:
+  brokers: [127.0.0.1:9092]
+  group: cdcapply-shop
+  sasl: {mechanism: scram-sha-512, username: app, password_env: KAFKA_PASSWORD}
+defaults:
+  flush: {max_records: 1000}
+tables:
+  - name: orders
+    topic: pg.public.orders
+    location: /data/orders
+    key_columns: [id]
+  - name: items
+    topic_pattern: 'pg\.shard[0-9]+\.items'
+    location: /data/items
+    connector: mysql
+    flush: {max_latency: 250ms}
+    max_lateness: 48h
+`
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig("good.yaml", []byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, it := cfg.Tables[0], cfg.Tables[1]
+	if o.Flush.MaxRecords != 1000 || it.Flush.MaxRecords != 1000 {
+		t.Errorf("defaults.flush.max_records not inherited: %d %d", o.Flush.MaxRecords, it.Flush.MaxRecords)
+	}
+	if time.Duration(o.Flush.MaxLatency) != time.Second || time.Duration(it.Flush.MaxLatency) != 250*time.Millisecond {
+		t.Errorf("max_latency: %v %v", time.Duration(o.Flush.MaxLatency), time.Duration(it.Flush.MaxLatency))
+	}
+	if o.Connector != "postgresql" || it.Connector != "mysql" {
+		t.Errorf("connector: %q %q", o.Connector, it.Connector)
+	}
+	if time.Duration(it.MaxLateness) != 48*time.Hour || time.Duration(o.MaxLateness) != 7*24*time.Hour {
+		t.Errorf("max_lateness: %v %v", time.Duration(o.MaxLateness), time.Duration(it.MaxLateness))
+	}
+	if o.QuarantineLocation != "/data/orders_quarantine" {
+		t.Errorf("quarantine location %q", o.QuarantineLocation)
+	}
+	if cfg.Kafka.OnOffsetGap != "fail" || o.SchemaPolicy != "additive" || o.WriteMode != "copy-on-write" {
+		t.Errorf("built-in defaults not applied: %+v", cfg)
+	}
+}
+
+func TestParseConfigErrorsByPath(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string // "path: substring"
+	}{
+		{"missing group", `
+pipeline: {id: p}
+kafka: {brokers: [h:1]}
+tables: [{name: t, topic: x, location: /t}]`, []string{"kafka: ", "group"}},
+		{"bad flush", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /t, flush: {max_records: 0}}]`, []string{"tables[0].flush.max_records: "}},
+		{"unknown field", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /t, colour: red}]`, []string{"tables[0].colour: unknown field"}},
+		{"inline secret", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g, sasl: {mechanism: plain, username: u, password: hunter2}}
+tables: [{name: t, topic: x, location: /t}]`, []string{"kafka.sasl.password: secrets are not read"}},
+		{"reserved key column", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /t, key_columns: [_cdc_seq]}]`, []string{"tables[0].key_columns[0]: ", "reserved prefix"}},
+		{"duplicate names", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a}, {name: t, topic: y, location: /b}]`, []string{"tables[1].name: duplicate"}},
+		{"topic and pattern", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, topic_pattern: y, location: /a}]`, []string{"tables[0]"}},
+		{"avro without registry", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a, format: avro}]`, []string{"tables[0].format: avro needs schema_registry"}},
+		{"bad duration", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+defaults: {max_lateness: 7days}
+tables: [{name: t, topic: x, location: /a}]`, []string{"defaults.max_lateness: "}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig(tc.name, []byte(tc.yaml))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("want *ConfigError, got %v", err)
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not contain %q:\n%s", w, msg)
+				}
+			}
+		})
+	}
+}
