@@ -1,0 +1,397 @@
+package delta
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// conformanceDir holds real tables written by Spark and delta-rs (see its
+// README.md). DELTA_CONFORMANCE overrides the default next to the repo.
+func conformanceDir(t testing.TB) string {
+	dir := os.Getenv("DELTA_CONFORMANCE")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "shared", "delta-conformance")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("conformance tables not found at %s (set DELTA_CONFORMANCE): %v", dir, err)
+	}
+	return dir
+}
+
+// kernelTable returns the path of an unpacked table in kernel-data.
+func kernelTable(t testing.TB, name string) string {
+	return filepath.Join(conformanceDir(t), "kernel-data", name)
+}
+
+// goldenTable unpacks golden/NAME.tar.zst into a temporary directory and
+// returns NAME/delta, the table root.
+func goldenTable(t testing.TB, name string) string {
+	src := filepath.Join(conformanceDir(t), "golden", name+".tar.zst")
+	dst := t.TempDir()
+	cmd := exec.Command("tar", "--zstd", "-xf", src, "-C", dst)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("unpack %s: %v\n%s", src, err, out)
+	}
+	return filepath.Join(dst, name, "delta")
+}
+
+// oracle is an independent, deliberately naive reading of a table's JSON
+// commits: it decodes lines into generic maps and reconciles by path and
+// deletion vector id exactly as PROTOCOL.md describes, without sharing any
+// code with the replay under test. It needs every commit from version 0.
+type oracle struct {
+	files    map[string]bool // "path|dvid"
+	txns     map[string]int64
+	domains  map[string]string
+	schema   string
+	reader   int
+	protocol bool
+}
+
+func readOracle(t testing.TB, root string, version int64) oracle {
+	t.Helper()
+	o := oracle{files: map[string]bool{}, txns: map[string]int64{}, domains: map[string]string{}}
+	for v := int64(0); v <= version; v++ {
+		data, err := os.ReadFile(filepath.Join(root, "_delta_log", fmt.Sprintf("%020d.json", v)))
+		if err != nil {
+			t.Fatalf("oracle: %v", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		sc.Buffer(nil, 1<<24)
+		for sc.Scan() {
+			line := bytes.TrimSpace(sc.Bytes())
+			if len(line) == 0 {
+				continue
+			}
+			var m map[string]map[string]any
+			if err := json.Unmarshal(line, &m); err != nil {
+				t.Fatalf("oracle: commit %d: %v", v, err)
+			}
+			for kind, a := range m {
+				switch kind {
+				case "add":
+					o.files[oracleKey(a)] = true
+				case "remove":
+					delete(o.files, oracleKey(a))
+				case "txn":
+					o.txns[a["appId"].(string)] = int64(a["version"].(float64))
+				case "domainMetadata":
+					if a["removed"] == true {
+						delete(o.domains, a["domain"].(string))
+					} else {
+						o.domains[a["domain"].(string)] = a["configuration"].(string)
+					}
+				case "metaData":
+					o.schema = a["schemaString"].(string)
+				case "protocol":
+					o.protocol = true
+					o.reader = int(a["minReaderVersion"].(float64))
+				}
+			}
+		}
+	}
+	return o
+}
+
+func oracleKey(a map[string]any) string {
+	k := a["path"].(string) + "|"
+	if dv, ok := a["deletionVector"].(map[string]any); ok && dv != nil {
+		k += dv["storageType"].(string) + dv["pathOrInlineDv"].(string)
+		if off, ok := dv["offset"].(float64); ok {
+			k += fmt.Sprintf("@%d", int64(off))
+		}
+	}
+	return k
+}
+
+// fileKeys lists a snapshot's live files in the oracle's key form.
+func fileKeys(s *Snapshot) []string {
+	var out []string
+	for _, a := range s.Files() {
+		out = append(out, a.Path+"|"+a.DeletionVector.UniqueID())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (o oracle) fileKeys() []string {
+	var out []string
+	for k := range o.files {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkAgainstOracle compares a snapshot with the oracle's reading of the
+// same version: live files, app transactions, domains and schema.
+func checkAgainstOracle(t *testing.T, snap *Snapshot, o oracle) {
+	t.Helper()
+	if got, want := fileKeys(snap), o.fileKeys(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("version %d files:\n got %v\nwant %v", snap.Version, got, want)
+	}
+	got := map[string]int64{}
+	for app, txn := range snap.Txns() {
+		got[app] = txn.Version
+	}
+	if fmt.Sprint(got) != fmt.Sprint(o.txns) {
+		t.Errorf("version %d txns: got %v want %v", snap.Version, got, o.txns)
+	}
+	dom := map[string]string{}
+	for d, m := range snap.Domains() {
+		dom[d] = m.Configuration
+	}
+	if fmt.Sprint(dom) != fmt.Sprint(o.domains) {
+		t.Errorf("version %d domains: got %v want %v", snap.Version, dom, o.domains)
+	}
+	if snap.Metadata.SchemaString != o.schema {
+		t.Errorf("version %d schema: got %s want %s", snap.Version, snap.Metadata.SchemaString, o.schema)
+	}
+}
+
+// readsOf returns the paths a Faulty storage read, in order.
+func readsOf(f *storage.Faulty) []string {
+	var out []string
+	for _, op := range f.Ops() {
+		if op.Kind == storage.OpRead {
+			out = append(out, op.Path)
+		}
+	}
+	return out
+}
+
+func TestReplayRealTables(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		root func(testing.TB) string
+		// ckpt is the checkpoint version replay must start from, -1 for none.
+		ckpt int64
+		// txns are the app transactions at the latest version, read off the log.
+		txns map[string]int64
+	}{
+		{"app-txn-no-checkpoint", func(t testing.TB) string { return kernelTable(t, "app-txn-no-checkpoint") }, -1,
+			map[string]int64{"my-app": 3, "my-app2": 2}},
+		{"app-txn-checkpoint", func(t testing.TB) string { return kernelTable(t, "app-txn-checkpoint") }, 1,
+			map[string]int64{"my-app": 3, "my-app2": 2}},
+		{"app-txn-with-last-updated", func(t testing.TB) string { return kernelTable(t, "app-txn-with-last-updated") }, -1,
+			map[string]int64{"new_app_0": 1, "new_app_1": 1, "new_app_2": 1, "old_app": 1}},
+		{"with_checkpoint_no_last_checkpoint", func(t testing.TB) string { return kernelTable(t, "with_checkpoint_no_last_checkpoint") }, 2, map[string]int64{}},
+		{"corrupted-last-checkpoint-kernel", func(t testing.TB) string { return goldenTable(t, "corrupted-last-checkpoint-kernel") }, 10, map[string]int64{}},
+		{"multi-part-checkpoint", func(t testing.TB) string { return goldenTable(t, "multi-part-checkpoint") }, 1, map[string]int64{}},
+		{"only-checkpoint-files", func(t testing.TB) string { return goldenTable(t, "only-checkpoint-files") }, 2, map[string]int64{}},
+		{"log-replay-latest-metadata-protocol", func(t testing.TB) string { return goldenTable(t, "log-replay-latest-metadata-protocol") }, -1, map[string]int64{}},
+		{"v2-checkpoint-json", func(t testing.TB) string { return goldenTable(t, "v2-checkpoint-json") }, 2, map[string]int64{}},
+		{"v2-checkpoint-parquet", func(t testing.TB) string { return goldenTable(t, "v2-checkpoint-parquet") }, 2, map[string]int64{}},
+		{"log-replay-dv-key-cases", func(t testing.TB) string { return goldenTable(t, "log-replay-dv-key-cases") }, -1, map[string]int64{}},
+		{"delete-re-add-same-file-different-transactions", func(t testing.TB) string {
+			return goldenTable(t, "delete-re-add-same-file-different-transactions")
+		}, -1, map[string]int64{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := tc.root(t)
+			faulty := storage.NewFaulty(storage.NewLocal(root))
+			snap, err := Open(faulty).Snapshot(ctx)
+			if err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			o := readOracle(t, root, snap.Version)
+			checkAgainstOracle(t, snap, o)
+			got := map[string]int64{}
+			for app, txn := range snap.Txns() {
+				got[app] = txn.Version
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.txns) {
+				t.Errorf("txns: got %v, the log says %v", got, tc.txns)
+			}
+			if snap.CheckpointVersion() != tc.ckpt {
+				t.Errorf("replayed from checkpoint %d, want %d", snap.CheckpointVersion(), tc.ckpt)
+			}
+			// Reads are exactly: the checkpoint (if any), then each commit
+			// after it, in order; never a commit the checkpoint covers.
+			for _, p := range readsOf(faulty) {
+				base := filepath.Base(p)
+				if v, ok := parseCommitName(base); ok && v <= tc.ckpt {
+					t.Errorf("read commit %s although checkpoint %d covers it", p, tc.ckpt)
+				}
+				if strings.Contains(p, "/_sidecars/") && !strings.HasPrefix(tc.name, "v2-") {
+					t.Errorf("read sidecar %s of a non-V2 table", p)
+				}
+			}
+			if snap.NumFiles() == 0 {
+				t.Errorf("no live files: the case tests nothing")
+			}
+		})
+	}
+}
+
+// TestReplayCheckpointMatchesCommits loads every version of the checkpointed
+// tables both ways: with their checkpoints and with JSON commits only (the
+// checkpoint files hidden), and requires the same state.
+func TestReplayCheckpointMatchesCommits(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"corrupted-last-checkpoint-kernel", "multi-part-checkpoint", "only-checkpoint-files", "v2-checkpoint-parquet"} {
+		t.Run(name, func(t *testing.T) {
+			root := goldenTable(t, name)
+			latest, err := Open(storage.NewLocal(root)).Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for v := int64(0); v <= latest.Version; v++ {
+				snap, err := Open(storage.NewLocal(root)).SnapshotAt(ctx, v)
+				if err != nil {
+					t.Fatalf("version %d: %v", v, err)
+				}
+				checkAgainstOracle(t, snap, readOracle(t, root, v))
+			}
+		})
+	}
+}
+
+func TestReplayRefusesBrokenTables(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		sentinel error
+		// msg must appear in the error, with the table location.
+		msg string
+	}{
+		{"deltalog-invalid-protocol-version", ErrUnsupportedFeature, "reader version 99"},
+		{"no-delta-log-folder", ErrNoTable, "no commits or checkpoints under _delta_log"},
+		{"versions-not-contiguous", nil, "versions not contiguous: commit 1 missing"},
+		{"deltalog-state-reconstruction-without-metadata", nil, "no metaData action"},
+		{"deltalog-state-reconstruction-without-protocol", nil, "no protocol action"},
+		// These two have a checkpoint at 10 that lacks the action while the
+		// JSON commits 0..10 have it: their intent is that a reader trusts
+		// the checkpoint (it stands for commits 0..10) and so must refuse.
+		{"deltalog-state-reconstruction-from-checkpoint-missing-metadata", nil, "no metaData action"},
+		{"deltalog-state-reconstruction-from-checkpoint-missing-protocol", nil, "no protocol action"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := goldenTable(t, tc.name)
+			_, err := Open(storage.NewLocal(root)).Snapshot(ctx)
+			if err == nil {
+				t.Fatalf("snapshot of %s succeeded; want an error", tc.name)
+			}
+			if tc.sentinel != nil && !errors.Is(err, tc.sentinel) {
+				t.Errorf("error %v does not wrap %v", err, tc.sentinel)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not say %q", err, tc.msg)
+			}
+			if !strings.Contains(err.Error(), root) {
+				t.Errorf("error %q does not name the table %s", err, root)
+			}
+		})
+	}
+}
+
+// TestReplayLatestMetadataProtocol: the last metaData and protocol win.
+func TestReplayLatestMetadataProtocol(t *testing.T) {
+	root := goldenTable(t, "log-replay-latest-metadata-protocol")
+	snap, err := Open(storage.NewLocal(root)).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Protocol.MinReaderVersion != 3 || snap.Protocol.MinWriterVersion != 7 ||
+		strings.Join(snap.Protocol.WriterFeatures, ",") != "appendOnly,invariants" {
+		t.Errorf("protocol %+v, want the one of version 2", snap.Protocol)
+	}
+	if len(snap.Schema.Fields) != 2 || snap.Schema.Fields[1].Name != "col2" {
+		t.Errorf("schema %v, want the two-column one of version 1", snap.Schema)
+	}
+	if snap.NumFiles() != 4 {
+		t.Errorf("files %d, want 4", snap.NumFiles())
+	}
+}
+
+// TestTimeTravel checks version and timestamp time travel on the golden
+// time-travel tables. Their commit files all carry one modification time,
+// so the test first sets each commit file's time to its commitInfo
+// timestamp, as a table written live would have.
+func TestTimeTravel(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"time-travel-start-start20-start40", "time-travel-partition-changes-b",
+		"time-travel-schema-changes-b", "snapshot-vacuumed", "basic-with-inserts-deletes-checkpoint"} {
+		t.Run(name, func(t *testing.T) {
+			root := goldenTable(t, name)
+			tbl := Open(storage.NewLocal(root))
+			latest, err := tbl.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if latest.Version < 1 {
+				t.Fatalf("table has one version only")
+			}
+			times := make([]int64, latest.Version+1)
+			for v := int64(0); v <= latest.Version; v++ {
+				ci := firstCommitInfo(mustCommit(t, tbl, v))
+				times[v] = ci.Timestamp
+				p := filepath.Join(root, "_delta_log", fmt.Sprintf("%020d.json", v))
+				if err := os.Chtimes(p, time.UnixMilli(ci.Timestamp), time.UnixMilli(ci.Timestamp)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for v := int64(0); v <= latest.Version; v++ {
+				snap, err := tbl.SnapshotAt(ctx, v)
+				if err != nil {
+					t.Fatalf("version %d: %v", v, err)
+				}
+				checkAgainstOracle(t, snap, readOracle(t, root, v))
+				if snap.Timestamp != times[v] {
+					t.Errorf("version %d timestamp %d, want %d", v, snap.Timestamp, times[v])
+				}
+				// Exactly at the commit time, and just before the next one.
+				for _, ts := range []int64{times[v], nextOr(times, v) - 1} {
+					got, err := tbl.SnapshotAsOf(ctx, time.UnixMilli(ts))
+					if err != nil {
+						t.Fatalf("as of %d: %v", ts, err)
+					}
+					if got.Version != v {
+						t.Errorf("as of %d: version %d, want %d", ts, got.Version, v)
+					}
+					if strings.Join(fileKeys(got), ",") != strings.Join(fileKeys(snap), ",") {
+						t.Errorf("as of %d: file set differs from version %d", ts, v)
+					}
+				}
+			}
+			if _, err := tbl.SnapshotAsOf(ctx, time.UnixMilli(times[0]-1)); !errors.Is(err, ErrVersionNotFound) {
+				t.Errorf("as of before version 0: %v, want ErrVersionNotFound", err)
+			}
+			if _, err := tbl.SnapshotAt(ctx, latest.Version+1); !errors.Is(err, ErrVersionNotFound) {
+				t.Errorf("version after latest: %v, want ErrVersionNotFound", err)
+			}
+		})
+	}
+}
+
+func nextOr(times []int64, v int64) int64 {
+	if int(v)+1 < len(times) {
+		return times[v+1]
+	}
+	return times[v] + 1000
+}
+
+func mustCommit(t testing.TB, tbl *Table, v int64) []Action {
+	t.Helper()
+	actions, err := tbl.ReadCommit(context.Background(), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return actions
+}
