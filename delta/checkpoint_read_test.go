@@ -1,0 +1,476 @@
+package delta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// ckptConformanceDir finds the shared conformance tables (real tables
+// written by Spark and delta-rs). Missing data skips the test locally and
+// fails it in CI, so CI cannot pass by testing less.
+func ckptConformanceDir(t testing.TB) string {
+	t.Helper()
+	dirs := []string{os.Getenv("CDCAPPLY_CONFORMANCE"), "conformance", "../../shared/delta-conformance", "/work/shared/delta-conformance"}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, "golden")); err == nil {
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return abs
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("delta conformance data not found (set CDCAPPLY_CONFORMANCE)")
+	}
+	t.Skip("delta conformance data not found (set CDCAPPLY_CONFORMANCE)")
+	return ""
+}
+
+var ckptUnpacked sync.Map // golden name -> table dir
+
+// ckptTable returns the table root of a conformance case: "golden/NAME"
+// (unpacked once per test binary into a temporary folder) or
+// "kernel-data/NAME" (used in place; tests never write to it).
+func ckptTable(t testing.TB, name string) string {
+	t.Helper()
+	base := ckptConformanceDir(t)
+	kind, n, _ := strings.Cut(name, "/")
+	if kind == "kernel-data" {
+		return filepath.Join(base, kind, n)
+	}
+	if d, ok := ckptUnpacked.Load(n); ok {
+		return d.(string)
+	}
+	dir, err := os.MkdirTemp("", "ckpt-golden-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("tar", "--zstd", "-xf", filepath.Join(base, "golden", n+".tar.zst"), "-C", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("unpack %s: %v\n%s", n, err, out)
+	}
+	table := filepath.Join(dir, n, "delta")
+	ckptUnpacked.Store(n, table)
+	return table
+}
+
+// ckptCopyTable copies a table so a test can change it.
+func ckptCopyTable(t testing.TB, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+		t.Fatalf("copy table: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// ckptState is table state reduced from actions, enough to compare a
+// checkpoint with the JSON commits it summarises. It is a deliberately
+// simple replay, independent of the package's own, so the two check each
+// other.
+type ckptState struct {
+	files      map[FileKey]*Add
+	tombstones map[FileKey]*Remove
+	txns       map[string]Txn
+	domains    map[string]DomainMetadata
+	protocol   *Protocol
+	metadata   *Metadata
+}
+
+func newCkptState() *ckptState {
+	return &ckptState{files: map[FileKey]*Add{}, tombstones: map[FileKey]*Remove{}, txns: map[string]Txn{}, domains: map[string]DomainMetadata{}}
+}
+
+func (s *ckptState) apply(acts []Action) {
+	for _, a := range acts {
+		switch {
+		case a.Add != nil:
+			k := a.Add.Key()
+			s.files[k] = a.Add
+			delete(s.tombstones, k)
+		case a.Remove != nil:
+			k := a.Remove.Key()
+			delete(s.files, k)
+			s.tombstones[k] = a.Remove
+		case a.Txn != nil:
+			s.txns[a.Txn.AppID] = *a.Txn
+		case a.DomainMetadata != nil:
+			if a.DomainMetadata.Removed {
+				delete(s.domains, a.DomainMetadata.Domain)
+			} else {
+				s.domains[a.DomainMetadata.Domain] = *a.DomainMetadata
+			}
+		case a.Protocol != nil:
+			s.protocol = a.Protocol
+		case a.Metadata != nil:
+			s.metadata = a.Metadata
+		}
+	}
+}
+
+// ckptReplayJSON replays the JSON commits 0..upto of a table.
+func ckptReplayJSON(t testing.TB, store storage.Storage, upto int64) *ckptState {
+	t.Helper()
+	s := newCkptState()
+	for v := int64(0); v <= upto; v++ {
+		data, err := store.Read(context.Background(), fmt.Sprintf("%s/%020d.json", LogDir, v))
+		if err != nil {
+			t.Fatalf("read commit %d: %v", v, err)
+		}
+		acts, err := ParseActions(data)
+		if err != nil {
+			t.Fatalf("parse commit %d: %v", v, err)
+		}
+		s.apply(acts)
+	}
+	return s
+}
+
+// ckptFiles lists the storage paths of the checkpoint of version v.
+func ckptFiles(t testing.TB, store storage.Storage, v int64) []string {
+	t.Helper()
+	infos, err := store.List(context.Background(), LogDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, fi := range infos {
+		if path.Dir(fi.Path) != LogDir {
+			continue
+		}
+		if n, ok := ckptParseName(path.Base(fi.Path)); ok && n.version == v {
+			out = append(out, fi.Path)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no checkpoint of version %d", v)
+	}
+	return out
+}
+
+func TestReadCheckpointConformance(t *testing.T) {
+	cases := []struct {
+		table   string
+		version int64
+		// sidecars is the number of sidecar actions the checkpoint holds:
+		// _last_checkpoint's size counts them, readCheckpoint resolves them.
+		sidecars int
+		// stats is false where the checkpoint stores stats_parsed only.
+		stats bool
+		// noMetadata marks the case whose checkpoint was stripped of its
+		// metaData action on purpose (a reader must refuse the table).
+		noMetadata bool
+	}{
+		{"golden/checkpoint", 10, 0, true, false},
+		{"golden/corrupted-last-checkpoint-kernel", 10, 0, true, false},
+		{"golden/basic-with-inserts-deletes-checkpoint", 10, 0, true, false},
+		{"golden/dv-partitioned-with-checkpoint", 10, 0, true, false},
+		{"golden/multi-part-checkpoint", 1, 0, true, false},
+		{"golden/only-checkpoint-files", 1, 0, true, false},
+		{"golden/only-checkpoint-files", 2, 0, true, false},
+		{"golden/v2-checkpoint-json", 2, 2, true, false},
+		{"golden/v2-checkpoint-parquet", 2, 2, true, false},
+		{"golden/deltalog-state-reconstruction-from-checkpoint-missing-metadata", 10, 0, true, true},
+		{"kernel-data/app-txn-checkpoint", 1, 0, true, false},
+		{"kernel-data/parsed-stats", 3, 0, true, false},
+		{"kernel-data/v1-multi-part-struct-stats-only", 5, 0, false, false},
+		{"kernel-data/v1-single-part-struct-stats-only", 5, 0, false, false},
+		{"kernel-data/with_checkpoint_no_last_checkpoint", 2, 0, true, false},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s@%d", c.table, c.version), func(t *testing.T) {
+			ctx := context.Background()
+			store := storage.NewLocal(ckptTable(t, c.table))
+			paths := ckptFiles(t, store, c.version)
+			acts, err := readCheckpoint(ctx, store, c.version, paths)
+			if err != nil {
+				t.Fatalf("readCheckpoint: %v", err)
+			}
+			got := newCkptState()
+			got.apply(acts)
+			want := ckptReplayJSON(t, store, c.version)
+
+			// The live file set and each file's description agree.
+			if len(got.files) != len(want.files) {
+				t.Errorf("files: checkpoint has %d, commits give %d", len(got.files), len(want.files))
+			}
+			for k, w := range want.files {
+				g, ok := got.files[k]
+				if !ok {
+					t.Errorf("file %v missing from checkpoint", k)
+					continue
+				}
+				// dataChange is not compared: checkpoint writers store false.
+				if g.Size != w.Size || g.ModificationTime != w.ModificationTime || !reflect.DeepEqual(g.PartitionValues, w.PartitionValues) ||
+					!reflect.DeepEqual(g.DeletionVector, w.DeletionVector) || len(g.Tags)+len(w.Tags) > 0 && !reflect.DeepEqual(g.Tags, w.Tags) {
+					t.Errorf("file %v:\ncheckpoint %+v\ncommits    %+v", k, *g, *w)
+				}
+				if c.stats && !ckptSameJSON(t, g.Stats, w.Stats) {
+					t.Errorf("file %v stats: checkpoint %q, commits %q", k, g.Stats, w.Stats)
+				}
+				if !c.stats && g.Stats != "" {
+					t.Errorf("file %v: stats %q from a checkpoint without a stats column", k, g.Stats)
+				}
+			}
+			// Tombstones in a checkpoint are removes the commits made (the
+			// writer may have expired some).
+			for k := range got.tombstones {
+				if _, ok := want.tombstones[k]; !ok {
+					t.Errorf("tombstone %v not removed by any commit", k)
+				}
+			}
+			if !reflect.DeepEqual(got.txns, want.txns) {
+				t.Errorf("txns: checkpoint %v, commits %v", got.txns, want.txns)
+			}
+			if !reflect.DeepEqual(got.domains, want.domains) {
+				t.Errorf("domains: checkpoint %v, commits %v", got.domains, want.domains)
+			}
+			if !reflect.DeepEqual(got.protocol, want.protocol) {
+				t.Errorf("protocol: checkpoint %+v, commits %+v", got.protocol, want.protocol)
+			}
+			switch {
+			case c.noMetadata:
+				if got.metadata != nil {
+					t.Errorf("metadata %+v in a checkpoint stripped of it", *got.metadata)
+				}
+			case got.metadata == nil:
+				t.Errorf("no metadata in checkpoint")
+			default:
+				// Writers re-serialise the schema; compare it as JSON.
+				g, w := *got.metadata, *want.metadata
+				if !ckptSameJSON(t, g.SchemaString, w.SchemaString) {
+					t.Errorf("schema: checkpoint %s, commits %s", g.SchemaString, w.SchemaString)
+				}
+				g.SchemaString, w.SchemaString = "", ""
+				if !reflect.DeepEqual(g, w) {
+					t.Errorf("metadata:\ncheckpoint %+v\ncommits    %+v", g, w)
+				}
+			}
+
+			// _last_checkpoint, where it names this version, counts the
+			// same actions.
+			lc, err := readLastCheckpoint(ctx, store)
+			if err != nil {
+				t.Fatalf("readLastCheckpoint: %v", err)
+			}
+			if lc != nil && lc.Version == c.version && !c.noMetadata {
+				if int(lc.Size) != len(acts)+c.sidecars {
+					t.Errorf("_last_checkpoint size %d, read %d actions and %d sidecars", lc.Size, len(acts), c.sidecars)
+				}
+				if lc.NumOfAddFiles != nil && int(*lc.NumOfAddFiles) != len(got.files) {
+					t.Errorf("_last_checkpoint numOfAddFiles %d, read %d", *lc.NumOfAddFiles, len(got.files))
+				}
+			}
+			for _, a := range acts {
+				if a.Sidecar != nil {
+					t.Errorf("sidecar action %+v left unresolved", *a.Sidecar)
+				}
+			}
+		})
+	}
+}
+
+// TestReadCheckpointV2Metadata checks that a V2 checkpoint's
+// checkpointMetadata action comes back and its adds come from the sidecars.
+func TestReadCheckpointV2Metadata(t *testing.T) {
+	for _, name := range []string{"golden/v2-checkpoint-json", "golden/v2-checkpoint-parquet"} {
+		store := storage.NewLocal(ckptTable(t, name))
+		acts, err := readCheckpoint(context.Background(), store, 2, ckptFiles(t, store, 2))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var cms, adds int
+		for _, a := range acts {
+			if a.CheckpointMetadata != nil {
+				cms++
+				if a.CheckpointMetadata.Version != 2 {
+					t.Errorf("%s: checkpointMetadata version %d", name, a.CheckpointMetadata.Version)
+				}
+			}
+			if a.Add != nil {
+				adds++
+			}
+		}
+		if cms != 1 || adds == 0 {
+			t.Errorf("%s: %d checkpointMetadata actions and %d adds", name, cms, adds)
+		}
+	}
+}
+
+func TestReadCheckpointRejectsIncompleteParts(t *testing.T) {
+	store := storage.NewLocal(ckptTable(t, "golden/multi-part-checkpoint"))
+	paths := ckptFiles(t, store, 1)
+	sort.Strings(paths)
+	cases := map[string][]string{
+		"one of two parts": paths[:1],
+		"part twice":       {paths[0], paths[0]},
+		"wrong version":    paths,
+		"no files":         nil,
+	}
+	for name, ps := range cases {
+		v := int64(1)
+		if name == "wrong version" {
+			v = 2
+		}
+		if _, err := readCheckpoint(context.Background(), store, v, ps); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := readCheckpoint(context.Background(), store, 1, paths); err != nil {
+		t.Errorf("both parts: %v", err)
+	}
+}
+
+func TestReadCheckpointMissingSidecar(t *testing.T) {
+	dir := ckptCopyTable(t, ckptTable(t, "golden/v2-checkpoint-parquet"))
+	store := storage.NewLocal(dir)
+	side, err := filepath.Glob(filepath.Join(dir, LogDir, "_sidecars", "*.parquet"))
+	if err != nil || len(side) == 0 {
+		t.Fatalf("no sidecars: %v", err)
+	}
+	if err := os.Remove(side[0]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = readCheckpoint(context.Background(), store, 2, ckptFiles(t, store, 2))
+	if err == nil || !strings.Contains(err.Error(), "read checkpoint 2") {
+		t.Fatalf("missing sidecar: err = %v", err)
+	}
+}
+
+func TestReadLastCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		content string // "" means no file
+		want    *LastCheckpoint
+	}{
+		{name: "missing"},
+		{name: "empty", content: " "},
+		{name: "not json", content: "{\"version\":3,"},
+		{name: "no version", content: `{"size":3}`},
+		{name: "negative version", content: `{"version":-1,"size":3}`},
+		{name: "zero parts", content: `{"version":3,"size":3,"parts":0}`},
+		{name: "classic", content: `{"version":3,"size":6,"sizeInBytes":22972,"numOfAddFiles":4}`,
+			want: &LastCheckpoint{Version: 3, Size: 6, SizeInBytes: ckptI64(22972), NumOfAddFiles: ckptI64(4)}},
+		{name: "multi-part", content: `{"version":1,"size":12,"parts":2,"checksum":"x"}`,
+			want: &LastCheckpoint{Version: 1, Size: 12, Parts: ckptInt(2), Checksum: "x"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store := storage.NewLocal(t.TempDir())
+			if c.content != "" {
+				if err := store.Write(ctx, lastCheckpointPath, []byte(c.content)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := readLastCheckpoint(ctx, store)
+			if err != nil {
+				t.Fatalf("readLastCheckpoint: %v", err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+	// The conformance table whose _last_checkpoint is empty.
+	lc, err := readLastCheckpoint(ctx, storage.NewLocal(ckptTable(t, "golden/corrupted-last-checkpoint-kernel")))
+	if err != nil || lc != nil {
+		t.Fatalf("corrupted _last_checkpoint: %+v, %v", lc, err)
+	}
+	// A V2 hint keeps its inlined top-level file description.
+	lc, err = readLastCheckpoint(ctx, storage.NewLocal(ckptTable(t, "golden/v2-checkpoint-json")))
+	if err != nil || lc == nil || lc.V2Checkpoint == nil || len(lc.V2Checkpoint.SidecarFiles) != 2 || len(lc.V2Checkpoint.NonFileActions) != 3 {
+		t.Fatalf("v2 _last_checkpoint: %+v, %v", lc, err)
+	}
+}
+
+func TestReadLastCheckpointReadError(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	// A directory where the file should be: a read error that is not
+	// "missing" must surface, not be taken for "no hint".
+	if err := os.MkdirAll(filepath.Join(store.Location(), LogDir, "_last_checkpoint"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readLastCheckpoint(ctx, store); err == nil {
+		t.Fatal("no error reading a directory as _last_checkpoint")
+	}
+}
+
+func TestCkptParseName(t *testing.T) {
+	cases := []struct {
+		name string
+		ok   bool
+		want ckptName
+	}{
+		{"00000000000000000010.checkpoint.parquet", true, ckptName{version: 10, ext: "parquet"}},
+		{"00000000000000000001.checkpoint.0000000002.0000000003.parquet", true, ckptName{version: 1, part: 2, parts: 3, ext: "parquet"}},
+		{"00000000000000000002.checkpoint.6374b053-df23-479b-b2cf-c9c550132b49.json", true, ckptName{version: 2, uuid: "6374b053-df23-479b-b2cf-c9c550132b49", ext: "json"}},
+		{"00000000000000000002.checkpoint.e8fa2696-9728-4e9c-b285-634743fdd4fb.parquet", true, ckptName{version: 2, uuid: "e8fa2696-9728-4e9c-b285-634743fdd4fb", ext: "parquet"}},
+		{"00000000000000000010.json", false, ckptName{}},
+		{"00000000000000000010.crc", false, ckptName{}},
+		{"_last_checkpoint", false, ckptName{}},
+		{"00000000000000000010.checkpoint.json", false, ckptName{}},
+		{"00000000000000000001.checkpoint.0000000004.0000000003.parquet", false, ckptName{}},
+		{"00000000000000000002.checkpoint.0000000001.0000000002.bd1885fd-6ec0-4370-b0f5-43b5162fd4de.parquet", false, ckptName{}},
+		{"0000000000000000010.checkpoint.parquet", false, ckptName{}},
+	}
+	for _, c := range cases {
+		got, ok := ckptParseName(c.name)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("%s: got %+v %v, want %+v %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestCkptSidecarPath(t *testing.T) {
+	cases := map[string]string{
+		"a.parquet":     sidecarDir + "/a.parquet",
+		"a%20b.parquet": sidecarDir + "/a b.parquet",
+		"file:///tbl/_delta_log/_sidecars/c.parquet": sidecarDir + "/c.parquet",
+		"../../x.parquet": sidecarDir + "/x.parquet",
+	}
+	for in, want := range cases {
+		got, err := ckptSidecarPath(in)
+		if err != nil || got != want {
+			t.Errorf("%s: got %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// ckptSameJSON reports whether two JSON texts hold the same value.
+func ckptSameJSON(t testing.TB, a, b string) bool {
+	t.Helper()
+	if a == b {
+		return true
+	}
+	var va, vb any
+	if err := json.Unmarshal([]byte(a), &va); err != nil {
+		t.Errorf("parse %q: %v", a, err)
+		return false
+	}
+	if err := json.Unmarshal([]byte(b), &vb); err != nil {
+		t.Errorf("parse %q: %v", b, err)
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func ckptI64(n int64) *int64 { return &n }
+func ckptInt(n int) *int     { return &n }
