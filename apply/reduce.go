@@ -1,0 +1,203 @@
+package apply
+
+import (
+	"bytes"
+	"sort"
+
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// Position is where a record sits in Kafka. It breaks ties between changes
+// with equal source sequences, deterministically.
+type Position struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Compare orders positions by topic, partition, then offset.
+func (p Position) Compare(o Position) int {
+	switch {
+	case p.Topic < o.Topic:
+		return -1
+	case p.Topic > o.Topic:
+		return 1
+	case p.Partition < o.Partition:
+		return -1
+	case p.Partition > o.Partition:
+		return 1
+	case p.Offset < o.Offset:
+		return -1
+	case p.Offset > o.Offset:
+		return 1
+	}
+	return 0
+}
+
+// Change is one keyed row change as the reducer and the merge see it: the
+// decoder's output projected onto the table's columns.
+type Change struct {
+	// Key is the canonical encoding of the key columns' values.
+	Key string
+	// Seq is the order-preserving encoding of the source sequence:
+	// bytes.Compare on two Seqs orders them as the source did.
+	Seq []byte
+	Pos Position
+	// Delete marks a delete; its non-key Values are Unavailable, so they
+	// fold from the row's previous version like any unchanged column.
+	Delete bool
+	// SourceTsMicros is the source commit time in microseconds since the epoch.
+	SourceTsMicros int64
+	// Values holds the table's source columns in table order. A value may
+	// be schema.Unavailable: "unchanged since the previous version".
+	Values []schema.Value
+}
+
+// newer reports whether c is ordered after o: by sequence, then position.
+func (c *Change) newer(o *Change) bool {
+	if d := bytes.Compare(c.Seq, o.Seq); d != 0 {
+		return d > 0
+	}
+	return c.Pos.Compare(o.Pos) > 0
+}
+
+// Fill is a value for a column the winning change left unavailable, taken
+// from the newest older change of the same key in the batch.
+type Fill struct {
+	Column int
+	Value  schema.Value
+	Seq    []byte
+}
+
+// Reduced is the outcome of reducing one key within a batch.
+type Reduced struct {
+	// Winner is the newest change of the key (source sequence, then position).
+	Winner *Change
+	// Fills has, for each column Winner left unavailable, the value of the
+	// newest older change in the batch that carried one, if any.
+	Fills []Fill
+	// Changes lists every change of the key in the batch, oldest first.
+	Changes []*Change
+}
+
+// Reduce groups a batch by key and picks each key's winner by source
+// sequence (never arrival order), resolving unavailable columns from older
+// changes in the batch. The result is sorted by key so that plans, files and
+// commits are deterministic for a given batch whatever the arrival order.
+func Reduce(batch []*Change) []Reduced {
+	groups := make(map[string][]*Change, len(batch))
+	for _, c := range batch {
+		groups[c.Key] = append(groups[c.Key], c)
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]Reduced, 0, len(keys))
+	for _, k := range keys {
+		g := groups[k]
+		if len(g) > 1 {
+			sort.Slice(g, func(i, j int) bool { return g[j].newer(g[i]) })
+		}
+		w := g[len(g)-1]
+		r := Reduced{Winner: w, Changes: g}
+		for col, v := range w.Values {
+			if !v.IsUnavailable() {
+				continue
+			}
+			for i := len(g) - 2; i >= 0; i-- {
+				// An older change with the same sequence is a replay of
+				// the winner, not a previous version.
+				if bytes.Equal(g[i].Seq, w.Seq) {
+					continue
+				}
+				if ov := g[i].Values[col]; !ov.IsUnavailable() {
+					r.Fills = append(r.Fills, Fill{Column: col, Value: ov, Seq: g[i].Seq})
+					break
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// StoredRow is a key's current row in the table.
+type StoredRow struct {
+	Seq     []byte
+	Deleted bool
+	Values  []schema.Value
+}
+
+// RowKind says what applying a reduced key does to the table.
+type RowKind uint8
+
+// The row kinds, as counted in metrics and commitInfo.
+const (
+	// RowStale: the table already holds this sequence or a newer one.
+	RowStale RowKind = iota
+	// RowInsert: a new key.
+	RowInsert
+	// RowUpdate: a live key changes.
+	RowUpdate
+	// RowDelete: a key becomes a tombstone (known or not).
+	RowDelete
+	// RowRevive: a tombstoned key comes back with a newer change.
+	RowRevive
+)
+
+var rowKindNames = [...]string{"stale", "insert", "update", "delete", "revive"}
+
+func (k RowKind) String() string { return rowKindNames[k] }
+
+// Resolve decides what the key's row becomes given the table's current row
+// (nil when the table has none). A winner whose sequence is not strictly
+// greater than the stored one changes nothing (equal is a replay). Every
+// column the winner left unavailable takes the value of the newest version
+// older than the winner that carried one, from the batch or the table,
+// whichever is newer; with none, it is NULL (never the placeholder).
+// unresolved counts such NULLs.
+func (r *Reduced) Resolve(stored *StoredRow) (kind RowKind, values []schema.Value, unresolved int) {
+	w := r.Winner
+	if stored != nil && bytes.Compare(w.Seq, stored.Seq) <= 0 {
+		return RowStale, nil, 0
+	}
+	values = make([]schema.Value, len(w.Values))
+	copy(values, w.Values)
+	fi := 0
+	for col, v := range values {
+		if !v.IsUnavailable() {
+			continue
+		}
+		var fill *Fill
+		for fi < len(r.Fills) && r.Fills[fi].Column < col {
+			fi++
+		}
+		if fi < len(r.Fills) && r.Fills[fi].Column == col {
+			fill = &r.Fills[fi]
+		}
+		switch {
+		case fill != nil && (stored == nil || bytes.Compare(fill.Seq, stored.Seq) > 0):
+			values[col] = fill.Value
+		case stored != nil && col < len(stored.Values) && !stored.Values[col].IsUnavailable():
+			values[col] = stored.Values[col]
+		case fill != nil:
+			values[col] = fill.Value
+		default:
+			values[col] = schema.Null
+			unresolved++
+		}
+	}
+	switch {
+	case w.Delete:
+		kind = RowDelete
+	case stored == nil:
+		kind = RowInsert
+	case stored.Deleted:
+		kind = RowRevive
+	default:
+		kind = RowUpdate
+	}
+	return kind, values, unresolved
+}

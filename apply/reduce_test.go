@@ -1,0 +1,228 @@
+package apply
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+func seqBytes(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func chg(key string, seq uint64, off int64, del bool, vals ...schema.Value) *Change {
+	return &Change{Key: key, Seq: seqBytes(seq), Pos: Position{"t", 0, off}, Delete: del, Values: vals}
+}
+
+var (
+	una = schema.Unavailable
+	str = schema.String
+)
+
+// TestReferenceCase is the worked example of the design brief applied to
+// the reducer and resolver alone: the table ends (1,30,shipped,live),
+// (2,25,new,deleted), (3,15,new,live) through a late batch and a replay.
+func TestReferenceCase(t *testing.T) {
+	table := map[string]*StoredRow{
+		"1": {Seq: seqBytes(10), Values: []schema.Value{schema.Int(1), str("new")}},
+		"2": {Seq: seqBytes(10), Values: []schema.Value{schema.Int(2), str("new")}},
+	}
+	first := []*Change{
+		chg("1", 30, 0, false, schema.Int(1), str("shipped")),
+		chg("1", 20, 1, false, schema.Int(1), str("paid")),
+		chg("2", 25, 2, true, schema.Int(2), una),
+		chg("3", 15, 3, false, schema.Int(3), str("new")),
+	}
+	late := []*Change{
+		chg("1", 22, 4, false, schema.Int(1), str("paid-late")),
+		chg("2", 12, 5, false, schema.Int(2), str("resurrected")),
+	}
+	kinds := map[RowKind]int{}
+	for _, batch := range [][]*Change{first, late, first} {
+		for _, r := range Reduce(batch) {
+			kind, vals, _ := r.Resolve(table[r.Winner.Key])
+			kinds[kind]++
+			if kind != RowStale {
+				table[r.Winner.Key] = &StoredRow{Seq: r.Winner.Seq, Deleted: r.Winner.Delete, Values: vals}
+			}
+		}
+	}
+	want := map[string]string{"1": "30 shipped false", "2": "25 new true", "3": "15 new false"}
+	for k, w := range want {
+		row := table[k]
+		got := fmt.Sprintf("%d %s %v", binary.BigEndian.Uint64(row.Seq), row.Values[1].S, row.Deleted)
+		if got != w {
+			t.Errorf("key %s = %q, want %q", k, got, w)
+		}
+	}
+	if kinds[RowStale] != 5 || kinds[RowUpdate] != 1 || kinds[RowDelete] != 1 || kinds[RowInsert] != 1 {
+		t.Errorf("row kinds %v, want 5 stale (2 late + 3 replayed keys), 1 update, 1 delete, 1 insert", kinds)
+	}
+}
+
+// TestUnavailableFoldsFromNewestOlderVersion covers rule 5: the placeholder
+// takes the value of the newest older version, whether in the batch or the
+// table, and a re-delivered old change in the batch loses to the table.
+func TestUnavailableFoldsFromNewestOlderVersion(t *testing.T) {
+	stored := &StoredRow{Seq: seqBytes(10), Values: []schema.Value{schema.Int(1), str("toast@10")}}
+	cases := []struct {
+		name  string
+		batch []*Change
+		want  string
+	}{
+		{"from table", []*Change{chg("1", 30, 0, false, schema.Int(1), una)}, "toast@10"},
+		{"from batch, newer than table", []*Change{
+			chg("1", 30, 0, false, schema.Int(1), una),
+			chg("1", 20, 1, false, schema.Int(1), str("toast@20")),
+		}, "toast@20"},
+		{"replayed old change loses to table", []*Change{
+			chg("1", 30, 0, false, schema.Int(1), una),
+			chg("1", 5, 1, false, schema.Int(1), str("toast@5")),
+		}, "toast@10"},
+		{"skips an older unavailable", []*Change{
+			chg("1", 30, 0, false, schema.Int(1), una),
+			chg("1", 25, 1, false, schema.Int(1), una),
+			chg("1", 20, 2, false, schema.Int(1), str("toast@20")),
+		}, "toast@20"},
+		{"delete keeps last values", []*Change{chg("1", 40, 0, true, schema.Int(1), una)}, "toast@10"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := Reduce(tc.batch)
+			if len(rs) != 1 {
+				t.Fatalf("%d keys", len(rs))
+			}
+			_, vals, unresolved := rs[0].Resolve(stored)
+			if vals[1].S != tc.want || vals[1].IsUnavailable() || unresolved != 0 {
+				t.Errorf("got %v (unresolved %d), want %q", vals[1], unresolved, tc.want)
+			}
+		})
+	}
+	// Nothing older anywhere: NULL, counted, never the placeholder.
+	rs := Reduce([]*Change{chg("9", 1, 0, false, schema.Int(9), una)})
+	kind, vals, unresolved := rs[0].Resolve(nil)
+	if kind != RowInsert || !vals[1].IsNull() || unresolved != 1 {
+		t.Errorf("unknown key with unavailable column: %v %v %d", kind, vals, unresolved)
+	}
+}
+
+func TestTieBreakByPosition(t *testing.T) {
+	a := chg("k", 7, 1, false, schema.Int(1), str("first"))
+	b := chg("k", 7, 2, false, schema.Int(1), str("second"))
+	for _, batch := range [][]*Change{{a, b}, {b, a}} {
+		if w := Reduce(batch)[0].Winner; w != b {
+			t.Fatalf("equal sequences: the later offset must win whatever the arrival order, got %v", w.Values[1])
+		}
+	}
+}
+
+// TestReduceMatchesSequentialTruth is the property test of the reducer: a
+// random source history, delivered in random batches (shuffled within a
+// batch, with duplicates and replays of earlier batches, deletes of unknown
+// keys, revivals and unavailable columns), ends equal to the source state
+// computed change by change in sequence order.
+//
+// Kafka keeps one key's changes in order within a partition and Debezium
+// only re-sends what it already sent, so a key's first deliveries arrive in
+// sequence order across batches; within a batch anything goes.
+func TestReduceMatchesSequentialTruth(t *testing.T) {
+	for seed := uint64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, seed*7919))
+		nKeys := 1 + rng.IntN(12)
+		var seq uint64
+		type ev = *Change
+		hist := make([][]ev, nKeys)
+		var offset int64
+		for k := range hist {
+			key := fmt.Sprint(k)
+			n := 1 + rng.IntN(8)
+			live := false
+			for i := 0; i < n; i++ {
+				seq += 1 + uint64(rng.IntN(3))
+				offset++
+				del := rng.IntN(4) == 0
+				status := str(fmt.Sprintf("s%d", seq))
+				toast := str(fmt.Sprintf("t%d", seq))
+				if live && rng.IntN(2) == 0 {
+					toast = una // unchanged TOASTed column
+				}
+				if del {
+					status, toast = una, una
+				}
+				hist[k] = append(hist[k], chg(key, seq, offset, del, schema.Int(int64(k)), status, toast))
+				live = !del
+			}
+		}
+		// Truth: apply each key's history in order.
+		truth := map[string]*StoredRow{}
+		for _, h := range hist {
+			for _, c := range h {
+				prev := truth[c.Key]
+				vals := make([]schema.Value, len(c.Values))
+				for i, v := range c.Values {
+					switch {
+					case !v.IsUnavailable():
+						vals[i] = v
+					case prev != nil:
+						vals[i] = prev.Values[i]
+					default:
+						vals[i] = schema.Null
+					}
+				}
+				truth[c.Key] = &StoredRow{Seq: c.Seq, Deleted: c.Delete, Values: vals}
+			}
+		}
+		// Delivery: interleave histories keeping per-key order, cut into batches.
+		var stream []ev
+		idx := make([]int, nKeys)
+		for remaining := int(offset); remaining > 0; remaining-- {
+			for {
+				k := rng.IntN(nKeys)
+				if idx[k] < len(hist[k]) {
+					stream = append(stream, hist[k][idx[k]])
+					idx[k]++
+					break
+				}
+			}
+		}
+		table := map[string]*StoredRow{}
+		var delivered []ev
+		for len(stream) > 0 {
+			n := 1 + rng.IntN(6)
+			if n > len(stream) {
+				n = len(stream)
+			}
+			batch := append([]ev(nil), stream[:n]...)
+			stream = stream[n:]
+			for i := rng.IntN(3); i > 0 && len(delivered) > 0; i-- { // replays
+				batch = append(batch, delivered[rng.IntN(len(delivered))])
+			}
+			if rng.IntN(3) == 0 { // duplicate inside the batch
+				batch = append(batch, batch[rng.IntN(len(batch))])
+			}
+			rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+			delivered = append(delivered, batch...)
+			for _, r := range Reduce(batch) {
+				kind, vals, _ := r.Resolve(table[r.Winner.Key])
+				if kind != RowStale {
+					table[r.Winner.Key] = &StoredRow{Seq: r.Winner.Seq, Deleted: r.Winner.Delete, Values: vals}
+				}
+			}
+		}
+		if len(table) != len(truth) {
+			t.Fatalf("seed %d: %d keys in table, %d in truth", seed, len(table), len(truth))
+		}
+		for k, want := range truth {
+			got := table[k]
+			if got == nil || string(got.Seq) != string(want.Seq) || got.Deleted != want.Deleted {
+				t.Fatalf("seed %d key %s: got %+v want %+v", seed, k, got, want)
+			}
+			for i := range want.Values {
+				if !got.Values[i].Equal(want.Values[i]) {
+					t.Fatalf("seed %d key %s col %d: got %v want %v", seed, k, i, got.Values[i], want.Values[i])
+				}
+			}
+		}
+	}
+}
