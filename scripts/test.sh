@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# test.sh runs every test of cdcapply: the gofmt check, go vet, the whole
+# Go test suite under the race detector, and a short smoke run of every fuzz
+# target. It is the README's test command and what .ci/run ends with.
+#
+# With CI=true, tests that need an outside dependency (the Python deltalake
+# reader, a Kafka broker, PostgreSQL) fail when it is missing instead of
+# skipping, so a CI run cannot pass by testing less. Set CI=true locally to
+# get the same strictness.
+#
+# Environment:
+#   FUZZTIME         time per fuzz target (default 5s; 0 skips the fuzz smoke)
+#   CDCAPPLY_PYTHON  python with deltalake (default: <repo>/.venv/bin/python
+#                    when it exists; scripts/python-env.sh builds it)
+#   GOTESTFLAGS      extra flags for go test (e.g. "-run TestInterop")
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+fuzztime=${FUZZTIME:-5s}
+logdir="$repo/.cache/test"
+mkdir -p "$logdir"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+if [[ -z "${CDCAPPLY_PYTHON:-}" && -x "$repo/.venv/bin/python" ]]; then
+	export CDCAPPLY_PYTHON="$repo/.venv/bin/python"
+fi
+echo "test.sh: CI=${CI:-} CDCAPPLY_PYTHON=${CDCAPPLY_PYTHON:-<none>} FUZZTIME=$fuzztime"
+
+mapfile -t pkgdirs < <(go list -f '{{.Dir}}' ./...)
+
+step "gofmt -l"
+unformatted=$(gofmt -l "${pkgdirs[@]}")
+if [[ -n "$unformatted" ]]; then
+	echo "these files need gofmt:"
+	echo "$unformatted"
+	exit 1
+fi
+
+step "go vet ./..."
+go vet ./...
+
+step "go test -race -count=1 ./..."
+# -v gives per-test PASS/FAIL/SKIP lines to count; the full log is kept in
+# .cache/test/go-test.log and the screen shows it without the RUN noise.
+testlog="$logdir/go-test.log"
+set +e
+# shellcheck disable=SC2086 # GOTESTFLAGS is a list of flags
+go test -race -count=1 -v ${GOTESTFLAGS:-} ./... 2>&1 | tee "$testlog" |
+	grep -v -E '^[[:space:]]*(=== (RUN|PAUSE|CONT|NAME)|--- PASS:)'
+gotest=${PIPESTATUS[0]}
+set -e
+passed=$(grep -c -E '^[[:space:]]*--- PASS:' "$testlog" || true)
+failed=$(grep -c -E '^[[:space:]]*--- FAIL:' "$testlog" || true)
+skipped=$(grep -c -E '^[[:space:]]*--- SKIP:' "$testlog" || true)
+if [[ $gotest -ne 0 && $failed -eq 0 ]]; then
+	# A build failure or a panic outside a test fails no named test; count it.
+	failed=1
+fi
+
+fuzzfailed=0
+if [[ $gotest -eq 0 && "$fuzztime" != "0" ]]; then
+	step "fuzz smoke ($fuzztime per target)"
+	# Every Fuzz function in a _test.go file, run alone for a short while:
+	# long enough to catch a decoder that panics on simple mutations.
+	while IFS=: read -r file name; do
+		dir=$(dirname "$file")
+		echo "--- fuzz $name ./$dir"
+		if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "./$dir" >"$logdir/fuzz-$name.log" 2>&1; then
+			cat "$logdir/fuzz-$name.log"
+			echo "--- FAIL: fuzz $name"
+			fuzzfailed=$((fuzzfailed + 1))
+		fi
+	done < <(git ls-files -co --exclude-standard '*_test.go' |
+		xargs -r grep -H -o -E '^func (Fuzz[A-Za-z0-9_]*)\(' |
+		sed -E 's/^([^:]*):func (Fuzz[A-Za-z0-9_]*)\(/\1:\2/' | sort -u)
+fi
+
+failed=$((failed + fuzzfailed))
+echo
+echo "test.sh: $passed passed, $failed failed, $skipped skipped"
+if [[ $gotest -ne 0 || $fuzzfailed -ne 0 ]]; then
+	exit 1
+fi
