@@ -231,7 +231,9 @@ func TestDecimalModes(t *testing.T) {
 		want Value
 		err  error
 	}{
-		{DecimalPrecise, func(t *Type) (Value, error) { return t.FromString(base64.StdEncoding.EncodeToString([]byte{0x04, 0xd2})) }, dec(1234, 2), nil},
+		{DecimalPrecise, func(t *Type) (Value, error) {
+			return t.FromString(base64.StdEncoding.EncodeToString([]byte{0x04, 0xd2}))
+		}, dec(1234, 2), nil},
 		{DecimalDouble, func(t *Type) (Value, error) { return t.FromFloat(12.34) }, dec(1234, 2), nil},
 		{DecimalDouble, func(t *Type) (Value, error) { return t.FromInt(12) }, dec(1200, 2), nil},
 		{DecimalString, func(t *Type) (Value, error) { return t.FromString("-12.3") }, dec(-1230, 2), nil},
