@@ -1,0 +1,250 @@
+package apply
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/cdcapply/cdcapply/debezium"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// The engine columns every table carries after its source columns. Their
+// names start with ReservedPrefix, which source columns may not use.
+const (
+	// ColSeq holds the source sequence as lowercase hex of its
+	// order-preserving key, so that string order is sequence order in
+	// every engine that reads the table (and min/max stats stay meaningful).
+	ColSeq = ReservedPrefix + "seq"
+	// ColDeleted is the soft-delete flag of a tombstone.
+	ColDeleted = ReservedPrefix + "deleted"
+	// ColSourceTs is the source commit time of the change that wrote the row.
+	ColSourceTs = ReservedPrefix + "source_ts"
+	// ColAppliedAt is when cdcapply committed the row.
+	ColAppliedAt = ReservedPrefix + "applied_at"
+)
+
+// engineColumns are appended to the source columns in this order.
+var engineColumns = []delta.StructField{
+	{Name: ColSeq, Type: delta.String, Nullable: false},
+	{Name: ColDeleted, Type: delta.Boolean, Nullable: false},
+	{Name: ColSourceTs, Type: delta.Timestamp, Nullable: true},
+	{Name: ColAppliedAt, Type: delta.Timestamp, Nullable: false},
+}
+
+// Layout is a table's columns: the source columns in table order, then the
+// engine columns, and which source columns form the key.
+type Layout struct {
+	// Source are the source columns, in table order.
+	Source []delta.StructField
+	// Key are indexes into Source of the key columns, in key order.
+	Key []int
+
+	index map[string]int
+}
+
+// NewLayout builds a layout from source columns and key column names.
+func NewLayout(source []delta.StructField, key []string) (*Layout, error) {
+	l := &Layout{Source: source, index: make(map[string]int, len(source))}
+	for i, f := range source {
+		if strings.HasPrefix(f.Name, ReservedPrefix) {
+			return nil, fmt.Errorf("build layout: source column %q uses the reserved prefix %q", f.Name, ReservedPrefix)
+		}
+		if _, dup := l.index[f.Name]; dup {
+			return nil, fmt.Errorf("build layout: duplicate column %q", f.Name)
+		}
+		l.index[f.Name] = i
+	}
+	if len(key) == 0 {
+		return nil, fmt.Errorf("build layout: no key columns")
+	}
+	for _, k := range key {
+		i, ok := l.index[k]
+		if !ok {
+			return nil, fmt.Errorf("build layout: key column %q is not a column of the table", k)
+		}
+		l.Key = append(l.Key, i)
+	}
+	return l, nil
+}
+
+// LayoutFromTable recovers a layout from an existing table's schema: every
+// column before the engine columns is a source column. It refuses a table
+// whose engine columns are missing or of another type, since applying into
+// it would break the sequence guard.
+func LayoutFromTable(st delta.StructType, key []string) (*Layout, error) {
+	n := len(st.Fields) - len(engineColumns)
+	if n < 0 {
+		return nil, fmt.Errorf("check table schema: it lacks cdcapply's engine columns %s", engineNames())
+	}
+	var source []delta.StructField
+	for _, f := range st.Fields {
+		if !strings.HasPrefix(f.Name, ReservedPrefix) {
+			source = append(source, f)
+		}
+	}
+	for _, want := range engineColumns {
+		got, _, ok := st.Field(want.Name)
+		if !ok || got.Type.String() != want.Type.String() {
+			return nil, fmt.Errorf("check table schema: engine column %s must be %s", want.Name, want.Type)
+		}
+	}
+	return NewLayout(source, key)
+}
+
+func engineNames() string {
+	names := make([]string, len(engineColumns))
+	for i, c := range engineColumns {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// Schema returns the full table schema: source then engine columns.
+func (l *Layout) Schema() delta.StructType {
+	fields := make([]delta.StructField, 0, len(l.Source)+len(engineColumns))
+	fields = append(fields, l.Source...)
+	fields = append(fields, engineColumns...)
+	return delta.StructType{Fields: fields}
+}
+
+// Column returns the index of a source column.
+func (l *Layout) Column(name string) (int, bool) {
+	i, ok := l.index[name]
+	return i, ok
+}
+
+// KeyNames returns the key column names in key order.
+func (l *Layout) KeyNames() []string {
+	out := make([]string, len(l.Key))
+	for i, k := range l.Key {
+		out[i] = l.Source[k].Name
+	}
+	return out
+}
+
+// Missing returns the image's columns the layout does not have yet (schema
+// drift), in image order.
+func (l *Layout) Missing(row debezium.Row) []schema.Field {
+	var out []schema.Field
+	for _, f := range row.Columns() {
+		if _, ok := l.index[f.Name]; !ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ProjectError says why a decoded change cannot become a table row; the
+// caller quarantines the record with Reason.
+type ProjectError struct {
+	Reason string
+	Detail string
+}
+
+func (e *ProjectError) Error() string { return e.Reason + ": " + e.Detail }
+
+// Project turns a decoded row change into the reducer's Change in this
+// layout: values in table column order, deletes as images whose non-key
+// columns are unavailable, the key encoded canonically and the sequence as
+// its order-preserving key. Columns of the table the image lacks are NULL
+// for creates and updates (the source no longer sends them), and the image
+// must not have columns the layout lacks (extend the layout first).
+func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
+	if !ch.Seq.Valid() {
+		return nil, &ProjectError{"null_sequence", "the change has no source sequence"}
+	}
+	out := &Change{
+		Seq:            ch.Seq.Key(),
+		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
+		Delete:         ch.Op == debezium.OpDelete,
+		SourceTsMicros: ch.SourceTsMs * 1000,
+		Values:         make([]schema.Value, len(l.Source)),
+	}
+	img := ch.After
+	if out.Delete {
+		img = ch.Before
+		for i := range out.Values {
+			out.Values[i] = schema.Unavailable
+		}
+	}
+	if img.Present() {
+		for i, f := range img.Columns() {
+			col, ok := l.index[f.Name]
+			if !ok {
+				return nil, &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", f.Name)}
+			}
+			if !out.Delete {
+				out.Values[col] = img.Values[i]
+			}
+		}
+	} else if !out.Delete {
+		return nil, &ProjectError{"missing_image", fmt.Sprintf("op %s without an after image", ch.Op)}
+	}
+	// Key values: the row image's key columns, else the record key.
+	for _, k := range l.Key {
+		name := l.Source[k].Name
+		v, ok := img.Get(name)
+		if !ok || v.IsNull() || v.IsUnavailable() {
+			v, ok = keyValue(ch.Key, name)
+		}
+		if !ok || v.IsNull() || v.IsUnavailable() {
+			return nil, &ProjectError{"missing_key", fmt.Sprintf("key column %q has no value", name)}
+		}
+		out.Values[k] = v
+	}
+	out.Key = EncodeKey(out.Values, l.Key)
+	return out, nil
+}
+
+func keyValue(k debezium.Key, name string) (schema.Value, bool) {
+	for i, n := range k.Names {
+		if n == name {
+			return k.Values[i], true
+		}
+	}
+	return schema.Value{}, false
+}
+
+// EncodeKey encodes the key columns' values canonically: equal keys give
+// equal strings whatever image or file they came from. Each value is a
+// kind byte and a length-prefixed payload, so no two keys collide.
+func EncodeKey(values []schema.Value, key []int) string {
+	var b []byte
+	for _, k := range key {
+		b = appendKeyValue(b, values[k])
+	}
+	return string(b)
+}
+
+func appendKeyValue(b []byte, v schema.Value) []byte {
+	b = append(b, byte(v.Kind))
+	switch v.Kind {
+	case schema.KindBool, schema.KindInt:
+		b = binary.BigEndian.AppendUint64(b, uint64(v.I))
+	case schema.KindFloat:
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v.F))
+	case schema.KindString:
+		b = binary.AppendUvarint(b, uint64(len(v.S)))
+		b = append(b, v.S...)
+	case schema.KindBytes:
+		b = binary.AppendUvarint(b, uint64(len(v.B)))
+		b = append(b, v.B...)
+	case schema.KindDecimal:
+		// Scale is the column's, so equal numbers have equal unscaled values.
+		b = binary.BigEndian.AppendUint64(b, uint64(v.Hi))
+		b = binary.BigEndian.AppendUint64(b, uint64(v.I))
+	case schema.KindList, schema.KindStruct, schema.KindMap:
+		b = binary.AppendUvarint(b, uint64(len(v.Elems)))
+		for _, e := range v.Elems {
+			b = appendKeyValue(b, e)
+		}
+	}
+	return b
+}
+
+// SeqText renders a sequence key as stored in ColSeq.
+func SeqText(seq []byte) string { return hex.EncodeToString(seq) }

@@ -1,0 +1,201 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/google/uuid"
+)
+
+// ErrFenced is wrapped when another writer advanced one of the batch's
+// partitions in the table since this applier read it: this instance lost
+// those partitions (a rebalance, or it is a zombie). The batch is dropped
+// and the caller re-seeks from the table.
+var ErrFenced = errors.New("fenced: another writer advanced a partition of this batch")
+
+// Batch is what one commit applies: the row changes of one table and the
+// Kafka span each partition covered (including records that were skipped
+// or quarantined, so the positions move past them too).
+type Batch struct {
+	Changes []*Change
+	Ranges  map[checkpoint.TopicPartition]checkpoint.Range
+	// Records counts what was read, by outcome, for commitInfo.
+	Read, Skipped, Quarantined int
+}
+
+// Result is the outcome of one committed batch.
+type Result struct {
+	Version int64
+	Counts  Counts
+	Files   struct{ Added, Removed int }
+}
+
+// TableApplier applies batches to one Delta table. It is not safe for
+// concurrent use: one goroutine owns a table.
+type TableApplier struct {
+	name     string
+	pipeline string
+	table    *delta.Table
+	rf       RowFiles
+	keyNames []string
+	clock    func() time.Time
+
+	snap   *delta.Snapshot // nil until the table exists
+	layout *Layout
+	index  *KeyIndex
+}
+
+// NewTableApplier opens the applier of a table; Open must be called before use.
+func NewTableApplier(name, pipeline string, table *delta.Table, rf RowFiles, keyNames []string, clock func() time.Time) *TableApplier {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &TableApplier{name: name, pipeline: pipeline, table: table, rf: rf, keyNames: keyNames, clock: clock}
+}
+
+// Open loads the table's latest snapshot and builds the key index. A
+// missing table is fine: it is created by the first batch.
+func (a *TableApplier) Open(ctx context.Context) error {
+	snap, err := a.table.Snapshot(ctx)
+	if errors.Is(err, delta.ErrNoTable) {
+		a.snap, a.layout, a.index = nil, nil, nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open table %s: %w", a.name, err)
+	}
+	layout, err := LayoutFromTable(snap.Schema, a.keyNames)
+	if err != nil {
+		return fmt.Errorf("open table %s at %s: %w", a.name, a.table.Location(), err)
+	}
+	ix, err := BuildKeyIndex(ctx, layout, snap, a.rf)
+	if err != nil {
+		return fmt.Errorf("open table %s: %w", a.name, err)
+	}
+	a.snap, a.layout, a.index = snap, layout, ix
+	return nil
+}
+
+// Positions returns the table's Kafka positions (next offset per partition).
+func (a *TableApplier) Positions() checkpoint.Positions {
+	return checkpoint.Restore(a.snap, a.pipeline)
+}
+
+// Layout returns the table's layout, nil before the table exists.
+func (a *TableApplier) Layout() *Layout { return a.layout }
+
+// Snapshot returns the applier's current snapshot, nil before the table exists.
+func (a *TableApplier) Snapshot() *delta.Snapshot { return a.snap }
+
+// SetLayout fixes the layout of a table that does not exist yet, from the
+// first batch's schema; the first commit creates the table with it.
+func (a *TableApplier) SetLayout(l *Layout) error {
+	if a.snap != nil {
+		return fmt.Errorf("set layout of table %s: the table exists", a.name)
+	}
+	a.layout = l
+	a.index = NewKeyIndex(l)
+	return nil
+}
+
+// Apply commits one batch: reduce, plan against the key index, write data
+// files, then one Delta commit holding the data actions, one txn per
+// partition and a commitInfo with the counts and offset ranges. Positions
+// must continue exactly where the table's txn left them: a partition the
+// table already advanced past the batch's start is fenced.
+func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
+	if a.layout == nil {
+		return nil, fmt.Errorf("apply to table %s: no layout: the table does not exist and no schema is known", a.name)
+	}
+	tx := a.table.Begin(a.snap)
+	for tp, r := range b.Ranges {
+		txn, ok := tx.ReadTxn(checkpoint.AppID(a.pipeline, tp))
+		next := int64(0)
+		if ok {
+			next = txn.Version
+		}
+		if ok && r.From < next {
+			return nil, fmt.Errorf("apply to table %s: %s: batch starts at offset %d but the table is at %d: %w", a.name, tp, r.From, next, ErrFenced)
+		}
+	}
+	now := a.clock()
+	reduced := Reduce(b.Changes)
+	plan, err := a.index.PlanBatch(ctx, reduced, a.rf, now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
+	}
+	if a.snap == nil {
+		schemaString, err := delta.SchemaString(a.layout.Schema())
+		if err != nil {
+			return nil, fmt.Errorf("create table %s: %w", a.name, err)
+		}
+		created := now.UnixMilli()
+		tx.SetProtocol(delta.Protocol{MinReaderVersion: 1, MinWriterVersion: 2})
+		tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: a.name, Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
+			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created, Configuration: map[string]string{}})
+	}
+	for _, old := range plan.Removes {
+		tx.RemoveFile(old, true)
+	}
+	tx.Add(plan.Adds...)
+	for _, act := range checkpoint.Txns(a.pipeline, b.Ranges, now) {
+		tx.SetTxn(act.Txn.AppID, act.Txn.Version)
+	}
+	op := "MERGE"
+	if a.snap == nil {
+		op = "CREATE TABLE AS SELECT"
+	}
+	committed, err := tx.Commit(ctx, op, a.commitParams(b, plan))
+	if err != nil {
+		if errors.Is(err, delta.ErrConcurrentTransaction) {
+			return nil, fmt.Errorf("apply to table %s: %w: %w", a.name, ErrFenced, err)
+		}
+		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
+	}
+	a.snap = committed.Snapshot
+	a.index.Apply(plan)
+	res := &Result{Version: committed.Version, Counts: plan.Counts}
+	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
+	return res, nil
+}
+
+// commitParams records the batch in commitInfo.operationParameters: the
+// record accounting (read = applied + stale + skipped + quarantined) and
+// the offset range of each partition, so the log alone explains a version.
+func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
+	tps := make([]checkpoint.TopicPartition, 0, len(b.Ranges))
+	for tp := range b.Ranges {
+		tps = append(tps, tp)
+	}
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i].Topic != tps[j].Topic {
+			return tps[i].Topic < tps[j].Topic
+		}
+		return tps[i].Partition < tps[j].Partition
+	})
+	ranges := make([]map[string]any, 0, len(tps))
+	for _, tp := range tps {
+		r := b.Ranges[tp]
+		ranges = append(ranges, map[string]any{"topic": tp.Topic, "partition": tp.Partition, "from": r.From, "next": r.Next})
+	}
+	return map[string]any{
+		"pipeline":           a.pipeline,
+		"recordsRead":        b.Read,
+		"recordsApplied":     p.Counts.AppliedRecords,
+		"recordsStale":       p.Counts.StaleRecords,
+		"recordsSkipped":     b.Skipped,
+		"recordsQuarantined": b.Quarantined,
+		"rowsInserted":       p.Counts.Insert,
+		"rowsUpdated":        p.Counts.Update,
+		"rowsDeleted":        p.Counts.Delete,
+		"rowsRevived":        p.Counts.Revive,
+		"keysStale":          p.Counts.Stale,
+		"unresolvedColumns":  p.Counts.Unresolved,
+		"offsets":            ranges,
+	}
+}
