@@ -1,0 +1,716 @@
+package debezium
+
+import (
+	"bytes"
+	"encoding/base64"
+	"strings"
+
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// jsonPlan is the compiled form of one inline schema (or of a table schema
+// for schema-less records).
+type jsonPlan struct {
+	text          []byte
+	env           *schema.Type // the whole value's struct type
+	err           error        // why env could not be compiled
+	before, after *schema.Type // envelope row types
+	row           *schema.Type // flattened row type (no __ fields)
+}
+
+func newJSONPlan(text []byte, env *schema.Type, err error, opts *schema.Options) *jsonPlan {
+	p := &jsonPlan{text: text, env: env, err: err}
+	if env == nil || env.Base != schema.BaseStruct {
+		return p
+	}
+	if i := env.Field("before"); i >= 0 && env.Fields[i].Type.Base == schema.BaseStruct {
+		p.before = env.Fields[i].Type
+	}
+	if i := env.Field("after"); i >= 0 && env.Fields[i].Type.Base == schema.BaseStruct {
+		p.after = env.Fields[i].Type
+	}
+	cols := make([]schema.Field, 0, len(env.Fields))
+	for _, f := range env.Fields {
+		if !strings.HasPrefix(f.Name, "__") {
+			cols = append(cols, f)
+		}
+	}
+	p.row = schema.NewStruct(env.Name, cols, opts)
+	return p
+}
+
+func tablePlan(rt *schema.Type) *jsonPlan {
+	return &jsonPlan{env: rt, before: rt, after: rt, row: rt}
+}
+
+// inlinePlan reads the inline schema at s (the value of a "schema" member)
+// and returns its compiled plan. The common case, the same schema as the
+// topic's previous record, costs one memory comparison.
+func (d *Decoder) inlinePlan(s *scanner, topic string, last map[string]*jsonPlan) (*jsonPlan, bool) {
+	s.ws()
+	rest := s.b[s.i:]
+	d.mu.Lock()
+	p := last[topic]
+	d.mu.Unlock()
+	if p != nil && bytes.HasPrefix(rest, p.text) {
+		s.i += len(p.text)
+		return p, true
+	}
+	sp := s.span()
+	if s.err != nil {
+		return nil, false
+	}
+	if string(sp) == "null" {
+		return nil, true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p = d.plans[string(sp)]
+	if p == nil {
+		text := bytes.Clone(sp)
+		t, err := schema.ParseConnect(text, &d.cfg.opts)
+		p = newJSONPlan(text, t, err, &d.cfg.opts)
+		if len(d.plans) > 4096 {
+			// Schemas change rarely; a flood of distinct ones is input
+			// abuse, not a working set worth keeping.
+			clear(d.plans)
+		}
+		d.plans[string(text)] = p
+	}
+	last[topic] = p
+	return p, true
+}
+
+func (d *Decoder) jsonValue(rec *Record, env *envelope) *Rejection {
+	s := scanner{b: rec.Value}
+	if !s.expect('{') {
+		return reject(env.pos, ReasonMalformedJSON, s.err, "value")
+	}
+	start := s.i
+	key, esc, ok := s.member(true)
+	var plan *jsonPlan
+	if ok && !esc && string(key) == "schema" {
+		p, ok := d.inlinePlan(&s, rec.Topic, d.lastPlan)
+		if !ok {
+			return reject(env.pos, ReasonMalformedJSON, s.err, "value schema")
+		}
+		key, _, ok := s.member(false)
+		if !ok || string(key) != "payload" {
+			return reject(env.pos, ReasonMalformedJSON, s.err, "value: want payload after schema")
+		}
+		plan = p
+		if plan == nil {
+			plan = d.tablePlans(rec.Topic)
+		}
+		if s.null() {
+			// A null payload is how the JsonConverter spells a null value.
+			env.class, env.classified = ClassKafkaTombstone, true
+		} else {
+			if !s.expect('{') {
+				return reject(env.pos, ReasonMalformedJSON, s.err, "payload")
+			}
+			if rej := d.jsonBody(&s, plan, env); rej != nil {
+				return rej
+			}
+		}
+		if _, _, more := s.member(false); more || s.err != nil {
+			return reject(env.pos, ReasonMalformedJSON, s.err, "value: members after payload")
+		}
+	} else {
+		if s.err != nil {
+			return reject(env.pos, ReasonMalformedJSON, s.err, "value")
+		}
+		s.i = start
+		if rej := d.jsonBody(&s, d.tablePlans(rec.Topic), env); rej != nil {
+			return rej
+		}
+	}
+	s.end()
+	if s.err != nil {
+		return reject(env.pos, ReasonMalformedJSON, s.err, "value")
+	}
+	return nil
+}
+
+func (d *Decoder) tablePlans(topic string) *jsonPlan {
+	rt := d.tableType(topic)
+	if rt == nil {
+		return nil
+	}
+	return tablePlan(rt)
+}
+
+// jsonBody reads the members of the envelope (or flattened row) whose '{'
+// has been consumed.
+func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection {
+	flat := d.cfg.envelope == EnvelopeFlattened
+	var row *schema.Type
+	var vals []schema.Value
+	if flat && plan != nil && plan.row != nil {
+		row = plan.row
+		env.rowType = row
+		vals = make([]schema.Value, len(row.Fields))
+	}
+	if plan != nil && !flat {
+		env.rowType = plan.after
+		if env.rowType == nil {
+			env.rowType = plan.before
+		}
+	}
+	next := 0
+	for first := true; ; first = false {
+		key, esc, ok := s.member(first)
+		if !ok {
+			break
+		}
+		if esc {
+			k, err := unescape(key)
+			if err != nil {
+				s.fail("%v", err)
+				break
+			}
+			key = []byte(k)
+		}
+		if flat {
+			if len(key) > 2 && key[0] == '_' && key[1] == '_' {
+				d.jsonMeta(s, key, env)
+				continue
+			}
+			if row != nil {
+				idx := -1
+				if next < len(row.Fields) && row.Fields[next].Name == string(key) {
+					idx = next
+				} else {
+					idx = row.Field(string(key))
+				}
+				if idx >= 0 {
+					v, err := jsonVal(s, row.Fields[idx].Type, 0)
+					if err != nil {
+						return valueRejection(env.pos, err, "column "+row.Fields[idx].Name)
+					}
+					vals[idx] = v
+					next = idx + 1
+					env.sawRow = true
+					continue
+				}
+			}
+			if d.envelopeMember(s, key, env) {
+				continue
+			}
+			if row == nil {
+				return reject(env.pos, ReasonNoTableSchema, nil, "no schema for column %q", truncateBytes(key))
+			}
+			return reject(env.pos, ReasonUnknownColumn, nil, "column %q is not in the table schema", truncateBytes(key))
+		}
+		switch string(key) {
+		case "before", "after":
+			if s.null() {
+				continue
+			}
+			env.sawRow = true
+			rt := (*schema.Type)(nil)
+			if plan != nil {
+				rt = plan.after
+				if key[0] == 'b' {
+					rt = plan.before
+				}
+			}
+			if rt == nil {
+				if plan != nil && plan.err != nil {
+					return reject(env.pos, ReasonBadSchema, plan.err, "inline schema")
+				}
+				return reject(env.pos, ReasonNoTableSchema, nil, "no schema for the %s image", key)
+			}
+			r, rej := jsonRow(s, rt, env.pos)
+			if rej != nil {
+				return rej
+			}
+			if key[0] == 'b' {
+				env.before = r
+			} else {
+				env.after = r
+			}
+		case "source":
+			d.jsonSource(s, env, false)
+		case "op":
+			if s.null() {
+				continue
+			}
+			env.sawOp = true
+			env.op, _ = s.rawString()
+		default:
+			if !d.envelopeMember(s, key, env) {
+				env.others++
+				s.skip()
+			}
+		}
+		if s.err != nil {
+			break
+		}
+	}
+	if s.err != nil {
+		return reject(env.pos, ReasonMalformedJSON, s.err, "value")
+	}
+	if flat && env.sawRow {
+		env.after = Row{Type: row, Values: vals}
+	}
+	return nil
+}
+
+// envelopeMember handles the top-level members shared by every value
+// shape (timestamps, transaction markers, schema change events); it
+// reports whether it consumed the member.
+func (d *Decoder) envelopeMember(s *scanner, key []byte, env *envelope) bool {
+	switch string(key) {
+	case "ts_ms":
+		env.sawTs = true
+		if !s.null() {
+			i, _, isInt := s.number()
+			if !isInt && s.err == nil {
+				s.fail("ts_ms is not an integer")
+			}
+			env.tsMs = i
+		}
+	case "ddl", "tableChanges", "historyRecord":
+		env.sawDDL = true
+		s.skip()
+	case "status":
+		env.sawStatus = true
+		if !s.null() {
+			env.tx.Status = s.str()
+		}
+	case "id":
+		if s.peek() == '"' {
+			env.tx.ID = s.str()
+		} else {
+			s.skip()
+		}
+	case "event_count":
+		if !s.null() {
+			env.tx.EventCount, _, _ = s.number()
+		}
+	case "transaction", "data_collections", "databaseName", "schemaName", "source", "op", "before", "after":
+		if string(key) == "source" {
+			d.jsonSource(s, env, false)
+			return true
+		}
+		env.others++
+		s.skip()
+	default:
+		return false
+	}
+	return true
+}
+
+// jsonMeta reads a flattened metadata member (__op, __deleted,
+// __source_ts_ms, __lsn, ...).
+func (d *Decoder) jsonMeta(s *scanner, key []byte, env *envelope) {
+	name := key[2:]
+	switch string(name) {
+	case "op":
+		if !s.null() {
+			env.sawOp = true
+			env.op, _ = s.rawString()
+		}
+		return
+	case "deleted":
+		switch s.peek() {
+		case '"':
+			raw, _ := s.rawString()
+			env.deleted = string(raw) == "true"
+		case 't', 'f':
+			env.deleted = s.boolean()
+		default:
+			s.skip()
+		}
+		return
+	case "ts_ms":
+		env.sawTs = true
+		if !s.null() {
+			env.tsMs, _, _ = s.number()
+		}
+		return
+	}
+	id := srcID(bytes.TrimPrefix(name, []byte("source_")))
+	if id >= 0 {
+		env.src[id] = jsonScalar(s)
+		return
+	}
+	for j, n := range d.cfg.extra {
+		if n == string(key) {
+			if env.extra == nil {
+				env.extra = make([]srcVal, len(d.cfg.extra))
+			}
+			env.extra[j] = jsonScalar(s)
+			return
+		}
+	}
+	s.skip()
+}
+
+// jsonSource captures the source block's fields the decoder needs.
+func (d *Decoder) jsonSource(s *scanner, env *envelope, _ bool) {
+	if s.null() {
+		return
+	}
+	if !s.expect('{') {
+		return
+	}
+	env.sawSource = true
+	for first := true; ; first = false {
+		key, _, ok := s.member(first)
+		if !ok {
+			return
+		}
+		if id := srcID(key); id >= 0 {
+			env.src[id] = jsonScalar(s)
+			continue
+		}
+		matched := false
+		for j, n := range d.cfg.extra {
+			if n == string(key) {
+				if env.extra == nil {
+					env.extra = make([]srcVal, len(d.cfg.extra))
+				}
+				env.extra[j] = jsonScalar(s)
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			s.skip()
+		}
+	}
+}
+
+var (
+	trueBytes  = []byte("true")
+	falseBytes = []byte("false")
+)
+
+func jsonScalar(s *scanner) srcVal {
+	switch c := s.peek(); {
+	case c == 'n':
+		s.null()
+		return srcVal{kind: svNull}
+	case c == '"':
+		raw, esc := s.rawString()
+		if esc {
+			str, err := unescape(raw)
+			if err != nil {
+				s.fail("%v", err)
+			}
+			raw = []byte(str)
+		}
+		return srcVal{kind: svString, s: raw}
+	case c == 't' || c == 'f':
+		// Old connectors send snapshot as a boolean.
+		if s.boolean() {
+			return srcVal{kind: svString, s: trueBytes}
+		}
+		return srcVal{kind: svString, s: falseBytes}
+	case c == '-' || (c >= '0' && c <= '9'):
+		i, _, isInt := s.number()
+		if isInt {
+			return srcVal{kind: svInt, i: i}
+		}
+		return srcVal{kind: svOther}
+	}
+	s.skip()
+	return srcVal{kind: svOther}
+}
+
+// jsonRow reads a row image object typed by rt.
+func jsonRow(s *scanner, rt *schema.Type, pos Position) (Row, *Rejection) {
+	if !s.expect('{') {
+		return Row{}, reject(pos, ReasonMalformedJSON, s.err, "row image")
+	}
+	vals := make([]schema.Value, len(rt.Fields))
+	next := 0
+	for first := true; ; first = false {
+		key, esc, ok := s.member(first)
+		if !ok {
+			break
+		}
+		idx := -1
+		if !esc && next < len(rt.Fields) && rt.Fields[next].Name == string(key) {
+			idx = next
+		} else {
+			k := string(key)
+			if esc {
+				var err error
+				if k, err = unescape(key); err != nil {
+					return Row{}, reject(pos, ReasonMalformedJSON, err, "column name")
+				}
+			}
+			idx = rt.Field(k)
+			if idx < 0 {
+				return Row{}, reject(pos, ReasonUnknownColumn, nil, "column %q is not in the schema", truncateBytes([]byte(k)))
+			}
+		}
+		v, err := jsonVal(s, rt.Fields[idx].Type, 0)
+		if err != nil {
+			return Row{}, valueRejection(pos, err, "column "+rt.Fields[idx].Name)
+		}
+		vals[idx] = v
+		next = idx + 1
+	}
+	if s.err != nil {
+		return Row{}, reject(pos, ReasonMalformedJSON, s.err, "row image")
+	}
+	return Row{Type: rt, Values: vals}, nil
+}
+
+// jsonVal reads one value typed by t.
+func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
+	if depth > 64 {
+		s.fail("nested too deep")
+		return schema.Value{}, s.err
+	}
+	switch c := s.peek(); {
+	case c == 'n':
+		if s.null() {
+			return schema.Null, nil
+		}
+		return schema.Value{}, s.err
+	case c == '"':
+		if t.Base == schema.BaseBytes && t.Name == "" || t.Base == schema.BaseBytes && t.Logical == schema.LogicalDecimal || t.Logical == schema.LogicalBits {
+			// base64 straight from the input bytes: no string on the way.
+			raw, esc := s.rawString()
+			if s.err != nil {
+				return schema.Value{}, s.err
+			}
+			if !esc {
+				buf := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
+				n, err := base64.StdEncoding.Decode(buf, raw)
+				if err == nil {
+					return t.FromOwnedBytes(buf[:n])
+				}
+				if string(raw) == schema.Placeholder {
+					return schema.Unavailable, nil
+				}
+				return schema.Value{}, schema.InvalidBase64(t, err)
+			}
+			str, err := unescape(raw)
+			if err != nil {
+				s.fail("%v", err)
+				return schema.Value{}, s.err
+			}
+			return t.FromString(str)
+		}
+		str := s.str()
+		if s.err != nil {
+			return schema.Value{}, s.err
+		}
+		return t.FromString(str)
+	case c == 't' || c == 'f':
+		b := s.boolean()
+		if s.err != nil {
+			return schema.Value{}, s.err
+		}
+		return t.FromBool(b)
+	case c == '{':
+		s.i++
+		switch t.Base {
+		case schema.BaseStruct:
+			vals := make([]schema.Value, len(t.Fields))
+			for first := true; ; first = false {
+				key, esc, ok := s.member(first)
+				if !ok {
+					break
+				}
+				k := string(key)
+				if esc {
+					k, _ = unescape(key)
+				}
+				idx := t.Field(k)
+				if idx < 0 {
+					s.skip()
+					continue
+				}
+				v, err := jsonVal(s, t.Fields[idx].Type, depth+1)
+				if err != nil {
+					return schema.Value{}, err
+				}
+				vals[idx] = v
+			}
+			if s.err != nil {
+				return schema.Value{}, s.err
+			}
+			return t.FinishStruct(vals)
+		case schema.BaseMap:
+			var pairs []schema.Value
+			for first := true; ; first = false {
+				key, esc, ok := s.member(first)
+				if !ok {
+					break
+				}
+				k := string(key)
+				if esc {
+					k, _ = unescape(key)
+				}
+				kv, err := t.Key.FromString(k)
+				if err != nil {
+					s.skip()
+					return schema.Value{}, err
+				}
+				v, err := jsonVal(s, t.Val, depth+1)
+				if err != nil {
+					return schema.Value{}, err
+				}
+				pairs = append(pairs, kv, v)
+			}
+			if s.err != nil {
+				return schema.Value{}, s.err
+			}
+			return t.FinishMap(pairs), nil
+		}
+		s.i--
+		s.skip()
+		return schema.Value{}, schema.Mismatch(t, "object")
+	case c == '[':
+		s.i++
+		switch t.Base {
+		case schema.BaseArray:
+			var elems []schema.Value
+			for first := true; s.element(first); first = false {
+				v, err := jsonVal(s, t.Elem, depth+1)
+				if err != nil {
+					return schema.Value{}, err
+				}
+				elems = append(elems, v)
+			}
+			if s.err != nil {
+				return schema.Value{}, s.err
+			}
+			return t.FinishList(elems), nil
+		case schema.BaseMap:
+			// Maps with non-string keys travel as [[k, v], ...].
+			var pairs []schema.Value
+			for first := true; s.element(first); first = false {
+				if !s.expect('[') {
+					return schema.Value{}, s.err
+				}
+				kv, err := jsonVal(s, t.Key, depth+1)
+				if err != nil {
+					return schema.Value{}, err
+				}
+				if !s.expect(',') {
+					return schema.Value{}, s.err
+				}
+				v, err := jsonVal(s, t.Val, depth+1)
+				if err != nil {
+					return schema.Value{}, err
+				}
+				if !s.expect(']') {
+					return schema.Value{}, s.err
+				}
+				pairs = append(pairs, kv, v)
+			}
+			if s.err != nil {
+				return schema.Value{}, s.err
+			}
+			return t.FinishMap(pairs), nil
+		}
+		s.i--
+		s.skip()
+		return schema.Value{}, schema.Mismatch(t, "array")
+	case c == '-' || (c >= '0' && c <= '9'):
+		i, f, isInt := s.number()
+		if s.err != nil {
+			return schema.Value{}, s.err
+		}
+		if isInt {
+			return t.FromInt(i)
+		}
+		return t.FromFloat(f)
+	}
+	s.fail("unexpected value")
+	return schema.Value{}, s.err
+}
+
+// jsonKey reads the record key: an object of key columns, with or without
+// an inline key schema. Without one, key columns are typed like the row's
+// columns of the same name.
+func (d *Decoder) jsonKey(rec *Record, env *envelope, key *Key) *Rejection {
+	s := scanner{b: rec.Key}
+	if !s.expect('{') {
+		return reject(env.pos, ReasonMalformedKey, s.err, "key")
+	}
+	start := s.i
+	k, esc, ok := s.member(true)
+	kt := env.rowType
+	if ok && !esc && string(k) == "schema" {
+		p, ok := d.inlinePlan(&s, rec.Topic, d.lastKeyPlan)
+		if !ok {
+			return reject(env.pos, ReasonMalformedKey, s.err, "key schema")
+		}
+		if p != nil {
+			if p.err != nil {
+				return reject(env.pos, ReasonBadSchema, p.err, "key schema")
+			}
+			kt = p.env
+		}
+		k2, _, ok := s.member(false)
+		if !ok || string(k2) != "payload" {
+			return reject(env.pos, ReasonMalformedKey, s.err, "key: want payload after schema")
+		}
+		if !s.expect('{') {
+			return reject(env.pos, ReasonMalformedKey, s.err, "key payload")
+		}
+		if rej := readKey(&s, kt, env.pos, key); rej != nil {
+			return rej
+		}
+		if _, _, more := s.member(false); more {
+			return reject(env.pos, ReasonMalformedKey, s.err, "key: members after payload")
+		}
+	} else {
+		s.err = nil
+		s.i = start
+		if rej := readKey(&s, kt, env.pos, key); rej != nil {
+			return rej
+		}
+	}
+	s.end()
+	if s.err != nil {
+		return reject(env.pos, ReasonMalformedKey, s.err, "key")
+	}
+	return nil
+}
+
+func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
+	if kt == nil {
+		return reject(pos, ReasonNoTableSchema, nil, "no schema to type the key")
+	}
+	for first := true; ; first = false {
+		k, esc, ok := s.member(first)
+		if !ok {
+			break
+		}
+		name := string(k)
+		if esc {
+			var err error
+			if name, err = unescape(k); err != nil {
+				return reject(pos, ReasonMalformedKey, err, "key field name")
+			}
+		}
+		idx := kt.Field(name)
+		if idx < 0 {
+			return reject(pos, ReasonMalformedKey, nil, "key field %q is not a column", truncateBytes(k))
+		}
+		v, err := jsonVal(s, kt.Fields[idx].Type, 0)
+		if err != nil {
+			r := valueRejection(pos, err, "key field "+kt.Fields[idx].Name)
+			if r.Reason == ReasonMalformedJSON {
+				r.Reason = ReasonMalformedKey
+			}
+			return r
+		}
+		key.Names = append(key.Names, kt.Fields[idx].Name)
+		key.Values = append(key.Values, v)
+	}
+	if s.err != nil {
+		return reject(pos, ReasonMalformedKey, s.err, "key")
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+package debezium
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// sequence builds the change's typed sequence from its source block (or
+// flattened metadata, or configured paths). A missing or null element that
+// the connector's order needs rejects the change as null_sequence.
+func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
+	src := &env.src
+	seq := Sequence{Connector: d.cfg.connector}
+	null := func(what string) (Sequence, *Rejection) {
+		return Sequence{}, reject(env.pos, ReasonNullSequence, nil, "%s sequence: %s missing or null", d.cfg.connector, what)
+	}
+	bad := func(what string, err error) (Sequence, *Rejection) {
+		return Sequence{}, reject(env.pos, ReasonBadSequence, err, "%s sequence: %s", d.cfg.connector, what)
+	}
+	switch d.cfg.connector {
+	case ConnectorPostgres:
+		// source.sequence is ["lastCommitLsn","lsn"]: the commit LSN of
+		// the previous transaction orders transactions by commit, the lsn
+		// orders events inside one. lastCommitLsn is null before the
+		// connector has seen a commit (snapshot reads, first events after
+		// start); a null part sorts below every LSN, which puts those
+		// events before anything streamed after a known commit.
+		if v := src[srcSequence]; v.kind == svString {
+			var parts [2]Part
+			n, err := parsePGSequence(v.s, &parts)
+			if err != nil {
+				return bad("source.sequence", err)
+			}
+			if n != 2 {
+				return bad("source.sequence", errWant2)
+			}
+			if parts[1].Kind == PartNull {
+				return null("source.sequence lsn")
+			}
+			seq.add(parts[0])
+			seq.add(parts[1])
+			return seq, nil
+		}
+		lsn, ok, err := srcUint(src[srcLsn])
+		if err != nil {
+			return bad("source.lsn", err)
+		}
+		if !ok {
+			return null("source.sequence and source.lsn")
+		}
+		seq.add(Part{Kind: PartNull})
+		seq.add(Part{Kind: PartUint, U: lsn})
+	case ConnectorMySQL:
+		f := src[srcFile]
+		if f.kind != svString {
+			return null("source.file")
+		}
+		idx, err := parseBinlogIndex(string(f.s))
+		if err != nil {
+			return bad("source.file", err)
+		}
+		pos, ok, err := srcUint(src[srcPos])
+		if err != nil {
+			return bad("source.pos", err)
+		}
+		if !ok {
+			return null("source.pos")
+		}
+		row, _, err := srcUint(src[srcRow])
+		if err != nil {
+			return bad("source.row", err)
+		}
+		seq.add(Part{Kind: PartUint, U: idx})
+		seq.add(Part{Kind: PartUint, U: pos})
+		seq.add(Part{Kind: PartUint, U: row})
+	case ConnectorSQLServer:
+		c := src[srcCommitLsn]
+		if c.kind != svString {
+			return null("source.commit_lsn")
+		}
+		hi, lo, err := parseSQLServerLSN(string(c.s))
+		if err != nil {
+			return bad("source.commit_lsn", err)
+		}
+		seq.add(Part{Kind: PartUint, U: hi})
+		seq.add(Part{Kind: PartUint, U: lo})
+		// change_lsn is null for snapshot reads: null sorts lowest.
+		if cl := src[srcChangeLsn]; cl.kind == svString {
+			hi, lo, err := parseSQLServerLSN(string(cl.s))
+			if err != nil {
+				return bad("source.change_lsn", err)
+			}
+			seq.add(Part{Kind: PartUint, U: hi})
+			seq.add(Part{Kind: PartUint, U: lo})
+		} else {
+			seq.add(Part{Kind: PartNull})
+			seq.add(Part{Kind: PartNull})
+		}
+		if n, ok, err := srcUint(src[srcEventSerialNo]); err != nil {
+			return bad("source.event_serial_no", err)
+		} else if ok {
+			seq.add(Part{Kind: PartUint, U: n})
+		} else {
+			seq.add(Part{Kind: PartNull})
+		}
+	case ConnectorMongoDB:
+		// The oplog/change stream position is the cluster time (seconds,
+		// ordinal); Debezium sends the seconds as ts_ms (x1000) or ts_sec.
+		ts, ok, err := srcUint(src[srcTsMs])
+		if err != nil {
+			return bad("source.ts_ms", err)
+		}
+		if !ok {
+			sec, ok2, err := srcUint(src[srcTsSec])
+			if err != nil {
+				return bad("source.ts_sec", err)
+			}
+			if !ok2 {
+				return null("source.ts_ms")
+			}
+			ts = sec * 1000
+		}
+		ord, ok, err := srcUint(src[srcOrd])
+		if err != nil {
+			return bad("source.ord", err)
+		}
+		if !ok {
+			return null("source.ord")
+		}
+		seq.add(Part{Kind: PartUint, U: ts})
+		seq.add(Part{Kind: PartUint, U: ord})
+	case ConnectorOracle:
+		// Order by commit SCN first (commit order, like PostgreSQL's
+		// lastCommitLsn; null for snapshot reads sorts lowest), then the
+		// change's SCN, then the statement sequence inside one SCN.
+		scn, ok, err := srcUint(src[srcScn])
+		if err != nil {
+			return bad("source.scn", err)
+		}
+		if !ok {
+			return null("source.scn")
+		}
+		if c, ok, err := srcUint(src[srcCommitScn]); err != nil {
+			return bad("source.commit_scn", err)
+		} else if ok {
+			seq.add(Part{Kind: PartUint, U: c})
+		} else {
+			seq.add(Part{Kind: PartNull})
+		}
+		seq.add(Part{Kind: PartUint, U: scn})
+		ssn, _, err := srcUint(src[srcSsn])
+		if err != nil {
+			return bad("source.ssn", err)
+		}
+		seq.add(Part{Kind: PartUint, U: ssn})
+	case ConnectorFields:
+		for i, f := range d.cfg.seqFields {
+			v, ok := d.fieldValue(env, ch, i)
+			if !ok {
+				return null(f.Path)
+			}
+			p, err := typePart(v, f.Kind)
+			if err != nil {
+				return bad(f.Path, err)
+			}
+			seq.add(p)
+		}
+	}
+	return seq, nil
+}
+
+var errWant2 = strconvError("want two elements")
+
+type strconvError string
+
+func (e strconvError) Error() string { return string(e) }
+
+// parsePGSequence reads the JSON array text of source.sequence.
+func parsePGSequence(b []byte, parts *[2]Part) (int, error) {
+	s := scanner{b: b}
+	if !s.expect('[') {
+		return 0, s.err
+	}
+	n := 0
+	for first := true; s.element(first); first = false {
+		var p Part
+		switch s.peek() {
+		case 'n':
+			s.null()
+		case '"':
+			str := s.str()
+			v, err := ParseLSN(str)
+			if err != nil {
+				return 0, err
+			}
+			p = Part{Kind: PartUint, U: v}
+		default:
+			i, _, isInt := s.number()
+			if !isInt || i < 0 {
+				return 0, strconvError("lsn is not an unsigned integer")
+			}
+			p = Part{Kind: PartUint, U: uint64(i)}
+		}
+		if n < 2 {
+			parts[n] = p
+		}
+		n++
+	}
+	s.end()
+	if s.err != nil {
+		return 0, s.err
+	}
+	return n, nil
+}
+
+// srcUint reads an unsigned integer that may travel as a number or as
+// decimal text (Oracle SCNs, PostgreSQL LSNs in some forms). ok is false
+// when the field is absent or null.
+func srcUint(v srcVal) (uint64, bool, error) {
+	switch v.kind {
+	case svInt:
+		if v.i < 0 {
+			return 0, false, strconvError("negative " + strconv.FormatInt(v.i, 10))
+		}
+		return uint64(v.i), true, nil
+	case svString:
+		u, err := strconv.ParseUint(string(v.s), 10, 64)
+		if err != nil {
+			return 0, false, err
+		}
+		return u, true, nil
+	case svOther:
+		return 0, false, strconvError("not an integer")
+	}
+	return 0, false, nil
+}
+
+// fieldValue reads configured sequence field i.
+func (d *Decoder) fieldValue(env *envelope, ch *Change, i int) (srcVal, bool) {
+	f := d.cfg.seqFields[i]
+	path := f.Path
+	switch {
+	case path == "ts_ms" || path == "__ts_ms":
+		if !env.sawTs {
+			return srcVal{}, false
+		}
+		return srcVal{kind: svInt, i: env.tsMs}, true
+	case strings.HasPrefix(path, "after.") || strings.HasPrefix(path, "before.") || !strings.Contains(path, ".") && !strings.HasPrefix(path, "__"):
+		img := ch.After
+		col := path
+		if rest, ok := strings.CutPrefix(path, "before."); ok {
+			img, col = ch.Before, rest
+		} else if rest, ok := strings.CutPrefix(path, "after."); ok {
+			col = rest
+		} else if !img.Present() {
+			img = ch.Before // flattened delete: the row sits in before
+		}
+		v, ok := img.Get(col)
+		if !ok {
+			return srcVal{}, false
+		}
+		return valueSrc(v)
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(path, "source."), "__")
+	if id := srcID([]byte(strings.TrimPrefix(name, "source_"))); id >= 0 {
+		v := env.src[id]
+		return v, v.kind == svInt || v.kind == svString
+	}
+	if en, ok := extraName(path); ok {
+		for j, n := range d.cfg.extra {
+			if n == en && j < len(env.extra) {
+				v := env.extra[j]
+				return v, v.kind == svInt || v.kind == svString
+			}
+		}
+	}
+	return srcVal{}, false
+}
+
+// extraName returns the name under which a decoder captures a configured
+// source field outside the fixed set: the bare field name for source.X
+// paths (matched inside the source block), the full name for flattened __X
+// paths (matched at top level).
+func extraName(path string) (string, bool) {
+	if x, ok := strings.CutPrefix(path, "source."); ok {
+		return x, srcID([]byte(x)) < 0
+	}
+	if x, ok := strings.CutPrefix(path, "__"); ok {
+		switch x {
+		case "op", "deleted", "ts_ms":
+			return "", false
+		}
+		return path, srcID([]byte(strings.TrimPrefix(x, "source_"))) < 0
+	}
+	return "", false
+}
+
+func valueSrc(v schema.Value) (srcVal, bool) {
+	switch v.Kind {
+	case schema.KindInt:
+		return srcVal{kind: svInt, i: v.I}, true
+	case schema.KindString:
+		return srcVal{kind: svString, s: []byte(v.S)}, true
+	case schema.KindDecimal:
+		return srcVal{kind: svString, s: []byte(v.DecimalString())}, true
+	}
+	return srcVal{}, false
+}
+
+func typePart(v srcVal, k FieldKind) (Part, error) {
+	switch k {
+	case FieldInt:
+		if v.kind == svInt {
+			return Part{Kind: PartInt, I: v.i}, nil
+		}
+		i, err := strconv.ParseInt(string(v.s), 10, 64)
+		if err != nil {
+			return Part{}, err
+		}
+		return Part{Kind: PartInt, I: i}, nil
+	case FieldUint:
+		u, _, err := srcUint(v)
+		return Part{Kind: PartUint, U: u}, err
+	case FieldLSN:
+		if v.kind == svInt {
+			if v.i < 0 {
+				return Part{}, strconvError("negative lsn")
+			}
+			return Part{Kind: PartUint, U: uint64(v.i)}, nil
+		}
+		u, err := ParseLSN(string(v.s))
+		return Part{Kind: PartUint, U: u}, err
+	default:
+		if v.kind == svInt {
+			return Part{Kind: PartString, S: strconv.FormatInt(v.i, 10)}, nil
+		}
+		return Part{Kind: PartString, S: string(v.s)}, nil
+	}
+}
