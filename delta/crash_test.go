@@ -110,10 +110,17 @@ func crashDir(t *testing.T) string {
 // after some number of commits — having read only files the log
 // references, and must resume to the full sequence with no step twice.
 func TestCrashAtEveryOperation(t *testing.T) {
-	ctx := context.Background()
 	// Real time, fixed: the checkpoint writer expires tombstones against the
 	// wall clock, and nothing here is older than its one-week retention.
-	start := time.Now()
+	now := time.Now()
+	t.Run("no-cleanup", func(t *testing.T) { crashAtEveryOperation(t, now, false) })
+	// 40 days on, log cleanup after the checkpoint at 10 finds commits 0..9
+	// past the 30-day retention and deletes them: crashes hit the deletes.
+	t.Run("with-cleanup", func(t *testing.T) { crashAtEveryOperation(t, now.Add(40*24*time.Hour), true) })
+}
+
+func crashAtEveryOperation(t *testing.T, start time.Time, cleanup bool) {
+	ctx := context.Background()
 	clock := Clock(func() time.Time { return start })
 
 	// The reference run: the state after each version, and the op count.
@@ -135,12 +142,18 @@ func TestCrashAtEveryOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := counter.Count()
-	wroteCkpt := false
+	wroteCkpt, deleted := false, 0
 	for _, op := range counter.Ops() {
 		wroteCkpt = wroteCkpt || strings.Contains(op.Path, ".checkpoint.")
+		if op.Kind == storage.OpDelete {
+			deleted++
+		}
 	}
 	if !wroteCkpt {
 		t.Fatalf("the sequence wrote no log checkpoint; ops: %v", counter.Ops())
+	}
+	if cleanup != (deleted > 0) {
+		t.Fatalf("log cleanup deleted %d files; want deletes: %v", deleted, cleanup)
 	}
 
 	prefixes := map[int64]int{}

@@ -260,6 +260,8 @@ func (t *Table) loadFrom(ctx context.Context, l *logListing, target int64) (*Sna
 			continue
 		}
 		st := newReplayState()
+		// Nearly all checkpoint actions are adds: size for them up front.
+		st.files = make(map[FileKey]*Add, len(actions))
 		st.applyAll(actions)
 		return t.replayCommits(ctx, l, st, &c, target)
 	}
