@@ -250,8 +250,8 @@ func (d *ckptDecoder) scan(col *parquet.Column, fn func(row int, v parquet.Value
 	}
 }
 
-// firstLeaf returns the first leaf column under col.
-func firstLeaf(col *parquet.Column) *parquet.Column {
+// pqFirstLeaf returns the first leaf column under col.
+func pqFirstLeaf(col *parquet.Column) *parquet.Column {
 	for !col.Leaf() {
 		cs := col.Columns()
 		if len(cs) == 0 {
@@ -269,7 +269,7 @@ func (d *ckptDecoder) present(col *parquet.Column, parent []int32) ([]int32, int
 	if col == nil || d.err != nil {
 		return nil, 0
 	}
-	leaf := firstLeaf(col)
+	leaf := pqFirstLeaf(col)
 	if leaf == nil {
 		d.fail(col, "group without columns")
 		return nil, 0
@@ -514,8 +514,8 @@ func (d *ckptDecoder) strList(col *parquet.Column, idx []int32, set func(i int32
 	}
 }
 
-// child returns a named child of col, or nil when col is nil or lacks it.
-func child(col *parquet.Column, name string) *parquet.Column {
+// pqChild returns a named child of col, or nil when col is nil or lacks it.
+func pqChild(col *parquet.Column, name string) *parquet.Column {
 	if col == nil {
 		return nil
 	}
@@ -524,22 +524,22 @@ func child(col *parquet.Column, name string) *parquet.Column {
 
 // deletionVector decodes the deletionVector struct under an add or remove.
 func (d *ckptDecoder) deletionVector(parent *parquet.Column, pidx []int32, attach func(pi int32, dv *DeletionVector)) {
-	col := child(parent, "deletionVector")
+	col := pqChild(parent, "deletionVector")
 	idx, n := d.present(col, pidx)
 	if n == 0 {
 		return
 	}
 	dvs := make([]DeletionVector, n)
-	d.internStr(child(col, "storageType"), idx, func(i int32, s string) { dvs[i].StorageType = s })
-	d.str(child(col, "pathOrInlineDv"), idx, func(i int32, s string) { dvs[i].PathOrInlineDv = s })
-	d.int(child(col, "offset"), idx, func(i int32, n int64) { o := int32(n); dvs[i].Offset = &o })
-	d.int(child(col, "sizeInBytes"), idx, func(i int32, n int64) { dvs[i].SizeInBytes = int32(n) })
-	d.int(child(col, "cardinality"), idx, func(i int32, n int64) { dvs[i].Cardinality = n })
-	d.int(child(col, "maxRowIndex"), idx, func(i int32, n int64) { dvs[i].MaxRowIndex = &n })
+	d.internStr(pqChild(col, "storageType"), idx, func(i int32, s string) { dvs[i].StorageType = s })
+	d.str(pqChild(col, "pathOrInlineDv"), idx, func(i int32, s string) { dvs[i].PathOrInlineDv = s })
+	d.int(pqChild(col, "offset"), idx, func(i int32, n int64) { o := int32(n); dvs[i].Offset = &o })
+	d.int(pqChild(col, "sizeInBytes"), idx, func(i int32, n int64) { dvs[i].SizeInBytes = int32(n) })
+	d.int(pqChild(col, "cardinality"), idx, func(i int32, n int64) { dvs[i].Cardinality = n })
+	d.int(pqChild(col, "maxRowIndex"), idx, func(i int32, n int64) { dvs[i].MaxRowIndex = &n })
 	if d.err != nil {
 		return
 	}
-	for i, p := range slotParents(pidx, idx, n) {
+	for i, p := range pqSlotParents(pidx, idx, n) {
 		attach(p, &dvs[i])
 	}
 }
@@ -551,9 +551,9 @@ func (d *ckptDecoder) decodeTxn(rows []Action) {
 		return
 	}
 	txns := make([]Txn, n)
-	d.str(child(col, "appId"), idx, func(i int32, s string) { txns[i].AppID = s })
-	d.int(child(col, "version"), idx, func(i int32, n int64) { txns[i].Version = n })
-	d.int(child(col, "lastUpdated"), idx, func(i int32, n int64) { txns[i].LastUpdated = &n })
+	d.str(pqChild(col, "appId"), idx, func(i int32, s string) { txns[i].AppID = s })
+	d.int(pqChild(col, "version"), idx, func(i int32, n int64) { txns[i].Version = n })
+	d.int(pqChild(col, "lastUpdated"), idx, func(i int32, n int64) { txns[i].LastUpdated = &n })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].Txn = &txns[i]
@@ -568,17 +568,17 @@ func (d *ckptDecoder) decodeAdd(rows []Action) {
 		return
 	}
 	adds := make([]Add, n)
-	d.str(child(col, "path"), idx, func(i int32, s string) { adds[i].Path = s })
-	d.strMap(child(col, "partitionValues"), idx, func(i int32, m map[string]*string) { adds[i].PartitionValues = m })
-	d.int(child(col, "size"), idx, func(i int32, n int64) { adds[i].Size = n })
-	d.int(child(col, "modificationTime"), idx, func(i int32, n int64) { adds[i].ModificationTime = n })
-	d.bool(child(col, "dataChange"), idx, func(i int32, b bool) { adds[i].DataChange = b })
-	d.str(child(col, "stats"), idx, func(i int32, s string) { adds[i].Stats = s })
-	d.plainMap(child(col, "tags"), idx, func(i int32, m map[string]string) { adds[i].Tags = m })
+	d.str(pqChild(col, "path"), idx, func(i int32, s string) { adds[i].Path = s })
+	d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { adds[i].PartitionValues = m })
+	d.int(pqChild(col, "size"), idx, func(i int32, n int64) { adds[i].Size = n })
+	d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { adds[i].ModificationTime = n })
+	d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { adds[i].DataChange = b })
+	d.str(pqChild(col, "stats"), idx, func(i int32, s string) { adds[i].Stats = s })
+	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { adds[i].Tags = m })
 	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { adds[i].DeletionVector = dv })
-	d.int(child(col, "baseRowId"), idx, func(i int32, n int64) { adds[i].BaseRowID = &n })
-	d.int(child(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { adds[i].DefaultRowCommitVersion = &n })
-	d.internStr(child(col, "clusteringProvider"), idx, func(i int32, s string) { adds[i].ClusteringProvider = s })
+	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { adds[i].BaseRowID = &n })
+	d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { adds[i].DefaultRowCommitVersion = &n })
+	d.internStr(pqChild(col, "clusteringProvider"), idx, func(i int32, s string) { adds[i].ClusteringProvider = s })
 	for row, i := range idx {
 		if i >= 0 {
 			if adds[i].PartitionValues == nil {
@@ -598,17 +598,17 @@ func (d *ckptDecoder) decodeRemove(rows []Action) {
 		return
 	}
 	rms := make([]Remove, n)
-	d.str(child(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
-	d.int(child(col, "deletionTimestamp"), idx, func(i int32, n int64) { rms[i].DeletionTimestamp = &n })
-	d.bool(child(col, "dataChange"), idx, func(i int32, b bool) { rms[i].DataChange = b })
-	d.bool(child(col, "extendedFileMetadata"), idx, func(i int32, b bool) { rms[i].ExtendedFileMetadata = &b })
-	d.strMap(child(col, "partitionValues"), idx, func(i int32, m map[string]*string) { rms[i].PartitionValues = m })
-	d.int(child(col, "size"), idx, func(i int32, n int64) { rms[i].Size = &n })
-	d.str(child(col, "stats"), idx, func(i int32, s string) { rms[i].Stats = s })
-	d.plainMap(child(col, "tags"), idx, func(i int32, m map[string]string) { rms[i].Tags = m })
+	d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
+	d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { rms[i].DeletionTimestamp = &n })
+	d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { rms[i].DataChange = b })
+	d.bool(pqChild(col, "extendedFileMetadata"), idx, func(i int32, b bool) { rms[i].ExtendedFileMetadata = &b })
+	d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { rms[i].PartitionValues = m })
+	d.int(pqChild(col, "size"), idx, func(i int32, n int64) { rms[i].Size = &n })
+	d.str(pqChild(col, "stats"), idx, func(i int32, s string) { rms[i].Stats = s })
+	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { rms[i].Tags = m })
 	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { rms[i].DeletionVector = dv })
-	d.int(child(col, "baseRowId"), idx, func(i int32, n int64) { rms[i].BaseRowID = &n })
-	d.int(child(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { rms[i].DefaultRowCommitVersion = &n })
+	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { rms[i].BaseRowID = &n })
+	d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { rms[i].DefaultRowCommitVersion = &n })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].Remove = &rms[i]
@@ -623,18 +623,18 @@ func (d *ckptDecoder) decodeMetadata(rows []Action) {
 		return
 	}
 	mds := make([]Metadata, n)
-	d.str(child(col, "id"), idx, func(i int32, s string) { mds[i].ID = s })
-	d.str(child(col, "name"), idx, func(i int32, s string) { mds[i].Name = s })
-	d.str(child(col, "description"), idx, func(i int32, s string) { mds[i].Description = s })
-	format := child(col, "format")
+	d.str(pqChild(col, "id"), idx, func(i int32, s string) { mds[i].ID = s })
+	d.str(pqChild(col, "name"), idx, func(i int32, s string) { mds[i].Name = s })
+	d.str(pqChild(col, "description"), idx, func(i int32, s string) { mds[i].Description = s })
+	format := pqChild(col, "format")
 	fidx, nf := d.present(format, idx)
-	fmd := slotParents(idx, fidx, nf)
-	d.str(child(format, "provider"), fidx, func(i int32, s string) { mds[fmd[i]].Format.Provider = s })
-	d.plainMap(child(format, "options"), fidx, func(i int32, m map[string]string) { mds[fmd[i]].Format.Options = m })
-	d.str(child(col, "schemaString"), idx, func(i int32, s string) { mds[i].SchemaString = s })
-	d.strList(child(col, "partitionColumns"), idx, func(i int32, l []string) { mds[i].PartitionColumns = l })
-	d.plainMap(child(col, "configuration"), idx, func(i int32, m map[string]string) { mds[i].Configuration = m })
-	d.int(child(col, "createdTime"), idx, func(i int32, n int64) { mds[i].CreatedTime = &n })
+	fmd := pqSlotParents(idx, fidx, nf)
+	d.str(pqChild(format, "provider"), fidx, func(i int32, s string) { mds[fmd[i]].Format.Provider = s })
+	d.plainMap(pqChild(format, "options"), fidx, func(i int32, m map[string]string) { mds[fmd[i]].Format.Options = m })
+	d.str(pqChild(col, "schemaString"), idx, func(i int32, s string) { mds[i].SchemaString = s })
+	d.strList(pqChild(col, "partitionColumns"), idx, func(i int32, l []string) { mds[i].PartitionColumns = l })
+	d.plainMap(pqChild(col, "configuration"), idx, func(i int32, m map[string]string) { mds[i].Configuration = m })
+	d.int(pqChild(col, "createdTime"), idx, func(i int32, n int64) { mds[i].CreatedTime = &n })
 	for row, i := range idx {
 		if i >= 0 {
 			// The JSON form always has these; keep the Go values equal to
@@ -653,9 +653,9 @@ func (d *ckptDecoder) decodeMetadata(rows []Action) {
 	}
 }
 
-// slotParents maps each of the n slots of a nested group (row index cidx)
+// pqSlotParents maps each of the n slots of a nested group (row index cidx)
 // to the slot of its parent (row index pidx).
-func slotParents(pidx, cidx []int32, n int) []int32 {
+func pqSlotParents(pidx, cidx []int32, n int) []int32 {
 	out := make([]int32, n)
 	for row, c := range cidx {
 		if c >= 0 {
@@ -672,10 +672,10 @@ func (d *ckptDecoder) decodeProtocol(rows []Action) {
 		return
 	}
 	ps := make([]Protocol, n)
-	d.int(child(col, "minReaderVersion"), idx, func(i int32, n int64) { ps[i].MinReaderVersion = int(n) })
-	d.int(child(col, "minWriterVersion"), idx, func(i int32, n int64) { ps[i].MinWriterVersion = int(n) })
-	d.strList(child(col, "readerFeatures"), idx, func(i int32, l []string) { ps[i].ReaderFeatures = l })
-	d.strList(child(col, "writerFeatures"), idx, func(i int32, l []string) { ps[i].WriterFeatures = l })
+	d.int(pqChild(col, "minReaderVersion"), idx, func(i int32, n int64) { ps[i].MinReaderVersion = int(n) })
+	d.int(pqChild(col, "minWriterVersion"), idx, func(i int32, n int64) { ps[i].MinWriterVersion = int(n) })
+	d.strList(pqChild(col, "readerFeatures"), idx, func(i int32, l []string) { ps[i].ReaderFeatures = l })
+	d.strList(pqChild(col, "writerFeatures"), idx, func(i int32, l []string) { ps[i].WriterFeatures = l })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].Protocol = &ps[i]
@@ -690,9 +690,9 @@ func (d *ckptDecoder) decodeDomain(rows []Action) {
 		return
 	}
 	ds := make([]DomainMetadata, n)
-	d.str(child(col, "domain"), idx, func(i int32, s string) { ds[i].Domain = s })
-	d.str(child(col, "configuration"), idx, func(i int32, s string) { ds[i].Configuration = s })
-	d.bool(child(col, "removed"), idx, func(i int32, b bool) { ds[i].Removed = b })
+	d.str(pqChild(col, "domain"), idx, func(i int32, s string) { ds[i].Domain = s })
+	d.str(pqChild(col, "configuration"), idx, func(i int32, s string) { ds[i].Configuration = s })
+	d.bool(pqChild(col, "removed"), idx, func(i int32, b bool) { ds[i].Removed = b })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].DomainMetadata = &ds[i]
@@ -707,8 +707,8 @@ func (d *ckptDecoder) decodeCheckpointMetadata(rows []Action) {
 		return
 	}
 	cs := make([]CheckpointMetadata, n)
-	d.int(child(col, "version"), idx, func(i int32, n int64) { cs[i].Version = n })
-	d.plainMap(child(col, "tags"), idx, func(i int32, m map[string]string) { cs[i].Tags = m })
+	d.int(pqChild(col, "version"), idx, func(i int32, n int64) { cs[i].Version = n })
+	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { cs[i].Tags = m })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].CheckpointMetadata = &cs[i]
@@ -723,10 +723,10 @@ func (d *ckptDecoder) decodeSidecar(rows []Action) {
 		return
 	}
 	ss := make([]Sidecar, n)
-	d.str(child(col, "path"), idx, func(i int32, s string) { ss[i].Path = s })
-	d.int(child(col, "sizeInBytes"), idx, func(i int32, n int64) { ss[i].SizeInBytes = n })
-	d.int(child(col, "modificationTime"), idx, func(i int32, n int64) { ss[i].ModificationTime = n })
-	d.plainMap(child(col, "tags"), idx, func(i int32, m map[string]string) { ss[i].Tags = m })
+	d.str(pqChild(col, "path"), idx, func(i int32, s string) { ss[i].Path = s })
+	d.int(pqChild(col, "sizeInBytes"), idx, func(i int32, n int64) { ss[i].SizeInBytes = n })
+	d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { ss[i].ModificationTime = n })
+	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { ss[i].Tags = m })
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].Sidecar = &ss[i]

@@ -1,0 +1,463 @@
+package delta
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// ckptCommit writes actions as commit v with put-if-absent, as a writer would.
+func ckptCommit(t testing.TB, store storage.Storage, v int64, acts ...Action) {
+	t.Helper()
+	data, err := EncodeActions(acts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.WriteIfAbsent(context.Background(), fmt.Sprintf("%s/%020d.json", LogDir, v), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ckptStr(s string) *string { return &s }
+
+// ckptRow is one row of the test tables' data files.
+type ckptDataRow struct {
+	ID   int64  `parquet:"id"`
+	Name string `parquet:"name"`
+}
+
+// ckptDataFile writes a small Parquet data file with ids [from, from+n) and
+// returns its add action (stats included, as a writer would give them).
+func ckptDataFile(t testing.TB, dir, rel string, part *string, from, n int64, mtime int64) *Add {
+	t.Helper()
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[ckptDataRow](&buf)
+	rows := make([]ckptDataRow, n)
+	for i := range rows {
+		rows[i] = ckptDataRow{ID: from + int64(i), Name: fmt.Sprintf("name-%d", from+int64(i))}
+	}
+	if _, err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stats := fmt.Sprintf(`{"numRecords":%d,"minValues":{"id":%d},"maxValues":{"id":%d},"nullCount":{"id":0}}`, n, from, from+n-1)
+	return &Add{Path: EncodePath(rel), PartitionValues: map[string]*string{"p": part}, Size: int64(buf.Len()),
+		ModificationTime: mtime, DataChange: true, Stats: stats}
+}
+
+const ckptTestSchema = `{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}},` +
+	`{"name":"name","type":"string","nullable":true,"metadata":{}},{"name":"p","type":"string","nullable":true,"metadata":{}}]}`
+
+// ckptBuildTable writes a partitioned table over several commits: adds
+// (one with a null partition value, one with a space in its path), two
+// apps' txns updated over time, a domain set then removed and another
+// kept, and removes, one deleted long ago. It returns the table directory
+// and its last version.
+func ckptBuildTable(t testing.TB, now time.Time) (string, int64) {
+	t.Helper()
+	dir := t.TempDir()
+	store := storage.NewLocal(dir)
+	ms := now.UnixMilli()
+	created := ms - 1000
+	ckptCommit(t, store, 0,
+		Action{CommitInfo: &CommitInfo{Timestamp: ms, Operation: "CREATE TABLE"}},
+		Action{Protocol: &Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"domainMetadata"}}},
+		Action{Metadata: &Metadata{ID: "c0ffee00-0000-4000-8000-000000000001", Name: "orders", Format: Format{Provider: "parquet", Options: map[string]string{}},
+			SchemaString: ckptTestSchema, PartitionColumns: []string{"p"}, CreatedTime: &created,
+			Configuration: map[string]string{"delta.checkpointInterval": "100", "delta.deletedFileRetentionDuration": "interval 2 days"}}},
+	)
+	var id int64
+	v := int64(1)
+	for ; v <= 6; v++ {
+		part := ckptStr(fmt.Sprintf("p%d", v%3))
+		if v == 4 {
+			part = nil
+		}
+		rel := fmt.Sprintf("p=%s/part-%05d.parquet", deref(part, "__HIVE_DEFAULT_PARTITION__"), v)
+		if v == 5 {
+			rel = fmt.Sprintf("p=p2/part %05d with space.parquet", v)
+		}
+		add := ckptDataFile(t, dir, rel, part, id, 10, ms-int64(10-v)*1000)
+		id += 10
+		lu := ms - int64(10-v)
+		ckptCommit(t, store, v,
+			Action{CommitInfo: &CommitInfo{Timestamp: ms, Operation: "WRITE"}},
+			Action{Add: add},
+			Action{Txn: &Txn{AppID: fmt.Sprintf("topic-%d", v%2), Version: v * 100, LastUpdated: &lu}},
+		)
+	}
+	ckptCommit(t, store, v,
+		Action{DomainMetadata: &DomainMetadata{Domain: "cdcapply.kept", Configuration: `{"a":1}`}},
+		Action{DomainMetadata: &DomainMetadata{Domain: "cdcapply.gone", Configuration: `{}`}},
+	)
+	v++
+	ckptCommit(t, store, v, Action{DomainMetadata: &DomainMetadata{Domain: "cdcapply.gone", Configuration: `{}`, Removed: true}})
+	v++
+	recent := ms - int64(time.Hour/time.Millisecond)
+	old := ms - int64(3*24*time.Hour/time.Millisecond)
+	size := int64(100)
+	ckptCommit(t, store, v,
+		Action{Remove: &Remove{Path: "p=p1/part-00001.parquet", DeletionTimestamp: &recent, DataChange: true,
+			PartitionValues: map[string]*string{"p": ckptStr("p1")}, Size: &size}},
+		Action{Remove: &Remove{Path: "p=p2/part-00002.parquet", DeletionTimestamp: &old, DataChange: true}},
+	)
+	return dir, v
+}
+
+func deref(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// ckptLoad loads the latest snapshot through the package's own replay.
+func ckptLoad(t testing.TB, dir string) *Snapshot {
+	t.Helper()
+	snap, err := Open(storage.NewLocal(dir)).Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("load snapshot: %v", err)
+	}
+	return snap
+}
+
+func TestWriteCheckpointRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	dir, last := ckptBuildTable(t, now)
+	store := storage.NewLocal(dir)
+	snap := ckptLoad(t, dir)
+	if err := writeCheckpoint(ctx, store, snap, now); err != nil {
+		t.Fatalf("writeCheckpoint: %v", err)
+	}
+
+	acts, err := readCheckpoint(ctx, store, last, []string{ckptClassicPath(last)})
+	if err != nil {
+		t.Fatalf("readCheckpoint: %v", err)
+	}
+	got := newCkptState()
+	got.apply(acts)
+
+	// Every live file comes back as it was, with dataChange false.
+	// Six adds, two of them removed.
+	if len(got.files) != snap.NumFiles() || snap.NumFiles() != 4 {
+		t.Fatalf("checkpoint has %d files, snapshot %d (want 4)", len(got.files), snap.NumFiles())
+	}
+	for _, want := range snap.Files() {
+		g := got.files[want.Key()]
+		w := *want
+		w.DataChange = false
+		if g == nil || !reflect.DeepEqual(*g, w) {
+			t.Errorf("file %s:\ncheckpoint %+v\nsnapshot   %+v", want.Path, g, w)
+		}
+	}
+	// Only the tombstone inside the 2-day retention is kept.
+	if len(got.tombstones) != 1 {
+		t.Errorf("tombstones %v, want only p=p1/part-00001.parquet", got.tombstones)
+	}
+	for k, r := range got.tombstones {
+		if k.Path != "p=p1/part-00001.parquet" || r.Size == nil || *r.Size != 100 || *r.PartitionValues["p"] != "p1" {
+			t.Errorf("tombstone %+v", r)
+		}
+	}
+	if !reflect.DeepEqual(got.txns, snap.Txns()) || len(got.txns) != 2 {
+		t.Errorf("txns: checkpoint %v, snapshot %v", got.txns, snap.Txns())
+	}
+	if !reflect.DeepEqual(got.domains, snap.Domains()) || len(got.domains) != 1 {
+		t.Errorf("domains: checkpoint %v, snapshot %v", got.domains, snap.Domains())
+	}
+	if !reflect.DeepEqual(*got.protocol, snap.Protocol) {
+		t.Errorf("protocol: checkpoint %+v, snapshot %+v", *got.protocol, snap.Protocol)
+	}
+	if !reflect.DeepEqual(*got.metadata, snap.Metadata) {
+		t.Errorf("metadata:\ncheckpoint %+v\nsnapshot   %+v", *got.metadata, snap.Metadata)
+	}
+
+	lc, err := readLastCheckpoint(ctx, store)
+	if err != nil || lc == nil {
+		t.Fatalf("readLastCheckpoint: %+v, %v", lc, err)
+	}
+	info, err := os.Stat(filepath.Join(dir, filepath.FromSlash(ckptClassicPath(last))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc.Version != last || lc.Size != int64(len(acts)) || *lc.NumOfAddFiles != 4 || *lc.SizeInBytes != info.Size() || lc.Parts != nil {
+		t.Errorf("_last_checkpoint %+v; want version %d size %d adds 4 bytes %d", lc, last, len(acts), info.Size())
+	}
+
+	// With the commits before it gone, replay starts from the checkpoint
+	// and yields the same state.
+	for v := int64(0); v < last; v++ {
+		if err := store.Delete(ctx, fmt.Sprintf("%s/%020d.json", LogDir, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := ckptLoad(t, dir)
+	if again.CheckpointVersion() != last || again.Version != last {
+		t.Fatalf("reloaded at version %d from checkpoint %d", again.Version, again.CheckpointVersion())
+	}
+	if !reflect.DeepEqual(ckptPaths(again.Files()), ckptPaths(snap.Files())) || !reflect.DeepEqual(again.Txns(), snap.Txns()) {
+		t.Errorf("reloaded state differs")
+	}
+}
+
+func ckptPaths(files []*Add) []string {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.Path
+	}
+	return out
+}
+
+// TestWriteCheckpointHintNeverMovesBack: an older checkpoint finished late
+// leaves the newer _last_checkpoint alone, and a second write of the same
+// version is not an error.
+func TestWriteCheckpointHintNeverMovesBack(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	dir, last := ckptBuildTable(t, now)
+	store := storage.NewLocal(dir)
+	older, err := Open(store).SnapshotAt(ctx, last-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCheckpoint(ctx, store, ckptLoad(t, dir), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCheckpoint(ctx, store, older, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeCheckpoint(ctx, store, ckptLoad(t, dir), now); err != nil {
+		t.Fatalf("rewrite of an existing checkpoint: %v", err)
+	}
+	lc, err := readLastCheckpoint(ctx, store)
+	if err != nil || lc == nil || lc.Version != last {
+		t.Fatalf("_last_checkpoint %+v, %v; want version %d", lc, err, last)
+	}
+	if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(ckptClassicPath(last-1)))); err != nil {
+		t.Fatalf("older checkpoint not written: %v", err)
+	}
+}
+
+// TestWriteCheckpointCrash: a failure at any storage operation of
+// WriteCheckpoint leaves a table that loads to the same state (the
+// checkpoint is either whole or absent, the hint at worst stale).
+func TestWriteCheckpointCrash(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	dir, last := ckptBuildTable(t, now)
+	want := ckptLoad(t, dir)
+	for op := 1; ; op++ {
+		crashed := false
+		for _, after := range []bool{false, true} {
+			work := ckptCopyTable(t, dir)
+			f := storage.NewFaulty(storage.NewLocal(work))
+			f.CrashAt(op, after)
+			err := writeCheckpoint(ctx, f, want, now)
+			if f.Crashed() {
+				crashed = true
+				if err == nil {
+					t.Fatalf("crash at op %d (after=%v) not reported", op, after)
+				}
+			}
+			got := ckptLoad(t, work)
+			if got.Version != last || !reflect.DeepEqual(ckptPaths(got.Files()), ckptPaths(want.Files())) || !reflect.DeepEqual(got.Txns(), want.Txns()) {
+				t.Fatalf("crash at op %d (after=%v): loaded version %d with %d files", op, after, got.Version, got.NumFiles())
+			}
+		}
+		if !crashed {
+			if op < 4 {
+				t.Fatalf("only %d storage ops; expected write, read hint, write hint", op-1)
+			}
+			break
+		}
+	}
+}
+
+func TestParseInterval(t *testing.T) {
+	cases := map[string]time.Duration{
+		"interval 1 week":          7 * 24 * time.Hour,
+		"interval 30 days":         30 * 24 * time.Hour,
+		"INTERVAL 2 Hours":         2 * time.Hour,
+		"interval 1 day 12 hours":  36 * time.Hour,
+		"7 days":                   7 * 24 * time.Hour,
+		"interval 0 seconds":       0,
+		"interval 90 milliseconds": 90 * time.Millisecond,
+	}
+	for in, want := range cases {
+		got, err := parseInterval(in)
+		if err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "interval", "interval 1 month", "interval x days", "interval -1 days", "interval 1"} {
+		if _, err := parseInterval(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// ckptPython returns the Python with deltalake, skipping (or failing in CI)
+// when there is none.
+func ckptPython(t testing.TB) string {
+	t.Helper()
+	py := os.Getenv("CDCAPPLY_PYTHON")
+	if py == "" {
+		root, err := filepath.Abs("..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		py = filepath.Join(root, ".venv", "bin", "python")
+	}
+	if err := exec.Command(py, "-c", "import deltalake").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python with deltalake not usable at %s: %v", py, err)
+		}
+		t.Skipf("python with deltalake not usable at %s: %v", py, err)
+	}
+	return py
+}
+
+const ckptDeltaRSScript = `
+import json, sys
+import pyarrow as pa
+from deltalake import DeltaTable
+dt = DeltaTable(sys.argv[1])
+adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+p = dt.protocol()
+m = dt.metadata()
+out = {
+  "version": dt.version(),
+  "files": sorted(a["path"] for a in adds),
+  "numRecords": sum(a["num_records"] for a in adds),
+  "partitions": sorted("%s=%s" % (a["path"], a.get("partition.p")) for a in adds),
+  "txns": {app: dt.transaction_version(app) for app in sys.argv[2:]},
+  "rows": dt.to_pyarrow_table().num_rows,
+  "protocol": [p.min_reader_version, p.min_writer_version, sorted(p.writer_features or [])],
+  "id": m.id, "partitionColumns": m.partition_columns, "configuration": m.configuration,
+}
+print(json.dumps(out))
+# Leave without interpreter teardown: native thread pools (pyarrow, the
+# Rust runtime) have been seen to abort the process while shutting down.
+sys.stdout.flush()
+import os
+os._exit(0)
+`
+
+// TestWriteCheckpointReadByDeltaRS: delta-rs rebuilds the table from our
+// checkpoint alone (every commit before it deleted) plus one later commit,
+// and sees our files, partition values, app transactions and metadata.
+func TestWriteCheckpointReadByDeltaRS(t *testing.T) {
+	py := ckptPython(t)
+	ctx := context.Background()
+	now := time.Now()
+	dir, last := ckptBuildTable(t, now)
+	store := storage.NewLocal(dir)
+	if err := writeCheckpoint(ctx, store, ckptLoad(t, dir), now); err != nil {
+		t.Fatal(err)
+	}
+	for v := int64(0); v < last; v++ {
+		if err := store.Delete(ctx, fmt.Sprintf("%s/%020d.json", LogDir, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One commit after the checkpoint: delta-rs must combine the two.
+	add := ckptDataFile(t, dir, "p=p0/part-after.parquet", ckptStr("p0"), 1000, 7, now.UnixMilli())
+	lu := now.UnixMilli()
+	ckptCommit(t, store, last+1, Action{Add: add}, Action{Txn: &Txn{AppID: "topic-0", Version: 9999, LastUpdated: &lu}})
+	want := ckptLoad(t, dir)
+	if want.CheckpointVersion() != last {
+		t.Fatalf("our replay did not start from the checkpoint: %d", want.CheckpointVersion())
+	}
+
+	apps := []string{"topic-0", "topic-1", "topic-none"}
+	cmd := exec.Command(py, append([]string{"-c", ckptDeltaRSScript, dir}, apps...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("deltalake: %v\n%s", err, stderr.String())
+	}
+	var rs struct {
+		Version          int64             `json:"version"`
+		Files            []string          `json:"files"`
+		NumRecords       int64             `json:"numRecords"`
+		Partitions       []string          `json:"partitions"`
+		Txns             map[string]*int64 `json:"txns"`
+		Rows             int64             `json:"rows"`
+		Protocol         []any             `json:"protocol"`
+		ID               string            `json:"id"`
+		PartitionColumns []string          `json:"partitionColumns"`
+		Configuration    map[string]string `json:"configuration"`
+	}
+	if err := json.Unmarshal(out, &rs); err != nil {
+		t.Fatalf("parse deltalake output %s: %v", out, err)
+	}
+
+	if rs.Version != want.Version {
+		t.Errorf("version: delta-rs %d, ours %d", rs.Version, want.Version)
+	}
+	var files, parts []string
+	var records int64
+	for _, f := range want.Files() {
+		// delta-rs reports add.path as stored: percent-encoded.
+		p := f.Path
+		files = append(files, p)
+		parts = append(parts, fmt.Sprintf("%s=%s", p, deref(f.PartitionValues["p"], "None")))
+		var st struct{ NumRecords int64 }
+		if err := json.Unmarshal([]byte(f.Stats), &st); err != nil {
+			t.Fatal(err)
+		}
+		records += st.NumRecords
+	}
+	sort.Strings(files)
+	sort.Strings(parts)
+	if !reflect.DeepEqual(rs.Files, files) {
+		t.Errorf("files:\ndelta-rs %v\nours     %v", rs.Files, files)
+	}
+	if !reflect.DeepEqual(rs.Partitions, parts) {
+		t.Errorf("partition values:\ndelta-rs %v\nours     %v", rs.Partitions, parts)
+	}
+	if rs.NumRecords != records || rs.Rows != records || records != 4*10+7 {
+		t.Errorf("records: delta-rs stats %d, rows read %d, ours %d", rs.NumRecords, rs.Rows, records)
+	}
+	for _, app := range apps {
+		ours, ok := want.Txn(app)
+		theirs := rs.Txns[app]
+		if ok != (theirs != nil) || ok && ours.Version != *theirs {
+			t.Errorf("txn %s: delta-rs %v, ours %+v (%v)", app, theirs, ours, ok)
+		}
+	}
+	if fmt.Sprint(rs.Protocol) != "[1 7 [domainMetadata]]" {
+		t.Errorf("protocol: delta-rs %v", rs.Protocol)
+	}
+	if rs.ID != want.Metadata.ID || !reflect.DeepEqual(rs.PartitionColumns, want.Metadata.PartitionColumns) ||
+		!reflect.DeepEqual(rs.Configuration, want.Metadata.Configuration) {
+		t.Errorf("metadata: delta-rs %s %v %v, ours %+v", rs.ID, rs.PartitionColumns, rs.Configuration, want.Metadata)
+	}
+	if !strings.Contains(string(out), "topic-1") {
+		t.Errorf("output lacks the apps asked for: %s", out)
+	}
+}
