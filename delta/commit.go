@@ -92,7 +92,7 @@ func (tx *Transaction) ReadFiles(match func(*Add) bool) []*Add {
 	tx.read.rangeFiles(func(a *Add) bool {
 		if match == nil || match(a) {
 			out = append(out, a)
-			tx.readFiles[a.Key()] = true
+			tx.readFiles[keyOf(a.Key())] = true
 		}
 		return true
 	})
@@ -102,7 +102,7 @@ func (tx *Transaction) ReadFiles(match func(*Add) bool) []*Add {
 // ReadFile returns one live file of the snapshot and records the read like
 // ReadFiles, for a caller that found the file by other means (an index).
 func (tx *Transaction) ReadFile(k FileKey) (*Add, bool) {
-	tx.readFiles[k] = true
+	tx.readFiles[keyOf(k)] = true
 	if tx.read == nil {
 		return nil, false
 	}
@@ -115,7 +115,7 @@ func (tx *Transaction) Add(adds ...*Add) { tx.adds = append(tx.adds, adds...) }
 // Remove removes data files. A removed file counts as read.
 func (tx *Transaction) Remove(removes ...*Remove) {
 	for _, r := range removes {
-		k := r.Key()
+		k := keyOf(r.Key())
 		if _, dup := tx.removes[k]; !dup {
 			tx.removeOrder = append(tx.removeOrder, k)
 		}
@@ -238,10 +238,10 @@ func (tx *Transaction) validate() (Protocol, Metadata, error) {
 		if a.Path == "" {
 			return p, m, fmt.Errorf("commit to table %s: add with an empty path", loc)
 		}
-		if seen[a.Key()] {
+		if seen[keyOf(a.Key())] {
 			return p, m, fmt.Errorf("commit to table %s: file %s added twice", loc, a.Path)
 		}
-		seen[a.Key()] = true
+		seen[keyOf(a.Key())] = true
 		if len(a.PartitionValues) != len(m.PartitionColumns) {
 			return p, m, fmt.Errorf("commit to table %s: file %s has %d partition values, the table %d partition columns",
 				loc, a.Path, len(a.PartitionValues), len(m.PartitionColumns))

@@ -97,13 +97,13 @@ func (tx *Transaction) checkConflict(won int64, winner []Action) error {
 	}
 	for i := range winner {
 		if r := winner[i].Remove; r != nil {
-			if _, ours := tx.removes[r.Key()]; ours {
+			if _, ours := tx.removes[keyOf(r.Key())]; ours {
 				return conflict(ErrConcurrentDeleteDelete, "file %s", r.Path)
 			}
 		}
 	}
 	for i := range winner {
-		if r := winner[i].Remove; r != nil && tx.readFiles[r.Key()] {
+		if r := winner[i].Remove; r != nil && tx.readFiles[keyOf(r.Key())] {
 			return conflict(ErrConcurrentDeleteRead, "file %s", r.Path)
 		}
 	}

@@ -351,6 +351,21 @@ func firstCommitInfo(actions []Action) *CommitInfo {
 	return nil
 }
 
+// keyOf is the key add and remove actions reconcile on: FileKey with the
+// path's file-scheme spellings made one. Writers have recorded the same
+// local file as "/p", "file:/p" and "file:///p" (Spark's canonicalized
+// paths); all three are "/p" here. Relative paths, the only ones this
+// package writes, are unchanged, so for them keyOf(a.Key()) == a.Key().
+func keyOf(k FileKey) FileKey {
+	switch {
+	case strings.HasPrefix(k.Path, "file:///"):
+		k.Path = k.Path[len("file://"):]
+	case strings.HasPrefix(k.Path, "file:/"):
+		k.Path = k.Path[len("file:"):]
+	}
+	return k
+}
+
 // replayState accumulates actions in plain maps while the log is replayed;
 // snapshot hands the maps to an immutable Snapshot.
 type replayState struct {
@@ -375,11 +390,11 @@ func (st *replayState) applyAll(actions []Action) {
 		a := &actions[i]
 		switch {
 		case a.Add != nil:
-			k := a.Add.Key()
+			k := keyOf(a.Add.Key())
 			st.files[k] = a.Add
 			delete(st.tombstones, k)
 		case a.Remove != nil:
-			k := a.Remove.Key()
+			k := keyOf(a.Remove.Key())
 			delete(st.files, k)
 			st.tombstones[k] = a.Remove
 		case a.Txn != nil:
@@ -451,11 +466,11 @@ func (s *Snapshot) derive(location string, version, timestamp int64, commits ...
 			a := &actions[i]
 			switch {
 			case a.Add != nil:
-				k := a.Add.Key()
+				k := keyOf(a.Add.Key())
 				files[k] = a.Add
 				tombs[k] = nil
 			case a.Remove != nil:
-				k := a.Remove.Key()
+				k := keyOf(a.Remove.Key())
 				files[k] = nil
 				tombs[k] = a.Remove
 			case a.Txn != nil:

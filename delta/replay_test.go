@@ -395,3 +395,21 @@ func mustCommit(t testing.TB, tbl *Table, v int64) []Action {
 	}
 	return actions
 }
+
+// TestReplayCanonicalPaths: Spark wrote the add of a local file as "/p" and
+// its remove as "file:/p" or "file:///p"; they are one file, so the table
+// is empty afterwards.
+func TestReplayCanonicalPaths(t *testing.T) {
+	for _, name := range []string{"canonicalized-paths-normal-a", "canonicalized-paths-normal-b",
+		"canonicalized-paths-special-a", "canonicalized-paths-special-b"} {
+		t.Run(name, func(t *testing.T) {
+			snap, err := Open(storage.NewLocal(goldenTable(t, name))).Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.NumFiles() != 0 || snap.NumTombstones() != 1 {
+				t.Errorf("%d files, %d tombstones; want the add cancelled by its remove: %v", snap.NumFiles(), snap.NumTombstones(), fileKeys(snap))
+			}
+		})
+	}
+}

@@ -59,7 +59,7 @@ func (s *Snapshot) NumFiles() int { return s.files.len() }
 
 // File returns the live add action for a key.
 func (s *Snapshot) File(k FileKey) (*Add, bool) {
-	return s.files.get(k)
+	return s.files.get(keyOf(k))
 }
 
 // Tombstones returns the remove actions kept in the snapshot, sorted by path.
