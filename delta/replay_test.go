@@ -413,3 +413,143 @@ func TestReplayCanonicalPaths(t *testing.T) {
 		})
 	}
 }
+
+// writeLog writes hand-made commits (one JSON action per line) with the
+// given file modification times in Unix ms.
+func writeLog(t *testing.T, root string, mtimes []int64, commits ...[]string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, LogDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for v, lines := range commits {
+		p := filepath.Join(root, LogDir, fmt.Sprintf("%020d.json", v))
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, time.UnixMilli(mtimes[v]), time.UnixMilli(mtimes[v])); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestInCommitTimestamps: with the inCommitTimestamp feature enabled, commit
+// times come from commitInfo, not file times, for the versions from its
+// enablement on; earlier versions keep file times.
+func TestInCommitTimestamps(t *testing.T) {
+	ctx := context.Background()
+	schema := strings.ReplaceAll(testSchema, `"`, `\"`)
+	meta := func(conf string) string {
+		return `{"metaData":{"id":"t","format":{"provider":"parquet","options":{}},"schemaString":"` + schema +
+			`","partitionColumns":[],"configuration":{` + conf + `}}}`
+	}
+	ictProto := `{"protocol":{"minReaderVersion":1,"minWriterVersion":7,"writerFeatures":["inCommitTimestamp"]}}`
+	add := func(p string) string {
+		return `{"add":{"path":"` + p + `","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}`
+	}
+	ci := func(ict int64) string {
+		return fmt.Sprintf(`{"commitInfo":{"timestamp":1,"inCommitTimestamp":%d,"operation":"WRITE"}}`, ict)
+	}
+
+	t.Run("from creation", func(t *testing.T) {
+		root := t.TempDir()
+		// File times run backwards: only the in-commit timestamps are right.
+		writeLog(t, root, []int64{9000, 8000, 7000},
+			[]string{ci(1000), ictProto, meta(`"delta.enableInCommitTimestamps":"true"`)},
+			[]string{ci(2000), add("a")},
+			[]string{ci(3000), add("b")})
+		tbl := Open(storage.NewLocal(root))
+		for v, want := range []int64{1000, 2000, 3000} {
+			s, err := tbl.SnapshotAt(ctx, int64(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Timestamp != want {
+				t.Errorf("version %d timestamp %d, want %d", v, s.Timestamp, want)
+			}
+		}
+		for _, c := range []struct{ at, want int64 }{{1000, 0}, {2500, 1}, {3000, 2}, {99999, 2}} {
+			if v, err := tbl.VersionAsOf(ctx, time.UnixMilli(c.at)); err != nil || v != c.want {
+				t.Errorf("as of %d: version %d (%v), want %d", c.at, v, err, c.want)
+			}
+		}
+		if _, err := tbl.VersionAsOf(ctx, time.UnixMilli(999)); !errors.Is(err, ErrVersionNotFound) {
+			t.Errorf("as of 999: %v, want ErrVersionNotFound", err)
+		}
+		old, _ := tbl.SnapshotAt(ctx, 0)
+		if up, err := tbl.Update(ctx, old); err != nil || up.Timestamp != 3000 || up.NumFiles() != 2 {
+			t.Errorf("update: %v %v", up, err)
+		}
+	})
+	t.Run("enabled at version 2", func(t *testing.T) {
+		root := t.TempDir()
+		writeLog(t, root, []int64{100, 200, 9000, 9500},
+			[]string{`{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}`, meta("")},
+			[]string{add("a")},
+			[]string{ci(3000), ictProto, meta(`"delta.enableInCommitTimestamps":"true","delta.inCommitTimestampEnablementVersion":"2","delta.inCommitTimestampEnablementTimestamp":"3000"`)},
+			[]string{ci(4000), add("b")})
+		tbl := Open(storage.NewLocal(root))
+		for _, c := range []struct{ at, want int64 }{{100, 0}, {199, 0}, {250, 1}, {2999, 1}, {3000, 2}, {3999, 2}, {4000, 3}} {
+			if v, err := tbl.VersionAsOf(ctx, time.UnixMilli(c.at)); err != nil || v != c.want {
+				t.Errorf("as of %d: version %d (%v), want %d", c.at, v, err, c.want)
+			}
+		}
+		if s, err := tbl.SnapshotAt(ctx, 1); err != nil || s.Timestamp != 200 {
+			t.Errorf("version 1 before enablement: %v %v, want file time 200", s, err)
+		}
+	})
+}
+
+// TestReplayAfterLogCleanup: once cleanup deleted commits 0..9 behind the
+// checkpoint at 10, versions before 10 are ErrVersionNotFound, 10 and later
+// load, and Update from an old snapshot falls back to the checkpoint.
+func TestReplayAfterLogCleanup(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	later := time.Now().Add(40 * 24 * time.Hour) // beyond the 30-day log retention
+	tbl, snap := createTable(t, store, nil, Clock(func() time.Time { return later }))
+	var v3 *Snapshot
+	for i := 1; i <= 12; i++ {
+		tx := tbl.Begin(snap)
+		tx.Add(fakeAdd(fmt.Sprint("f", i)))
+		tx.SetTxn("app", int64(i))
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CheckpointErr != nil {
+			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
+		}
+		if i == 3 {
+			v3 = c.Snapshot
+		}
+		snap = c.Snapshot
+	}
+	if _, err := store.Read(ctx, commitPath(0)); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("commit 0 still there (%v): cleanup did not run, the test tests nothing", err)
+	}
+	for _, v := range []int64{0, 5, 9} {
+		if _, err := tbl.SnapshotAt(ctx, v); !errors.Is(err, ErrVersionNotFound) || !strings.Contains(err.Error(), "cleaned up") {
+			t.Errorf("version %d: %v, want ErrVersionNotFound saying the log was cleaned up", v, err)
+		}
+	}
+	for _, v := range []int64{10, 12} {
+		s, err := tbl.SnapshotAt(ctx, v)
+		if err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		if s.CheckpointVersion() != 10 || s.NumFiles() != int(v) {
+			t.Errorf("version %d: checkpoint %d, %d files", v, s.CheckpointVersion(), s.NumFiles())
+		}
+	}
+	up, err := tbl.Update(ctx, v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, "update across cleanup", up, snap)
+	if _, err := tbl.SnapshotAsOf(ctx, time.Unix(0, 0)); !errors.Is(err, ErrVersionNotFound) {
+		t.Errorf("as of 1970: %v, want ErrVersionNotFound", err)
+	}
+	if s, err := tbl.SnapshotAsOf(ctx, later.Add(time.Hour)); err != nil || s.Version != 12 {
+		t.Errorf("as of now: %v %v, want version 12", s, err)
+	}
+}
