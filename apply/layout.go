@@ -248,3 +248,11 @@ func appendKeyValue(b []byte, v schema.Value) []byte {
 
 // SeqText renders a sequence key as stored in ColSeq.
 func SeqText(seq []byte) string { return hex.EncodeToString(seq) }
+
+func parseSeqText(s string) ([]byte, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("parse sequence %q: %w", s, err)
+	}
+	return b, nil
+}

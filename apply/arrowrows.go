@@ -1,0 +1,249 @@
+package apply
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// rowsToArrow builds one Arrow record of the table schema from rows: the
+// source columns, then the engine columns.
+func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch, error) {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sch)
+	defer b.Release()
+	for i := 0; i < nSource; i++ {
+		fb := b.Field(i)
+		for r := range rows {
+			if err := appendValue(fb, rows[r].Values[i]); err != nil {
+				return nil, fmt.Errorf("column %s row %d: %w", sch.Field(i).Name, r, err)
+			}
+		}
+	}
+	seq := b.Field(nSource).(*array.StringBuilder)
+	del := b.Field(nSource + 1).(*array.BooleanBuilder)
+	src := b.Field(nSource + 2).(*array.TimestampBuilder)
+	app := b.Field(nSource + 3).(*array.TimestampBuilder)
+	for _, r := range rows {
+		seq.Append(SeqText(r.Seq))
+		del.Append(r.Deleted)
+		if r.SourceTsMicros == 0 {
+			src.AppendNull()
+		} else {
+			src.Append(arrow.Timestamp(r.SourceTsMicros))
+		}
+		app.Append(arrow.Timestamp(r.AppliedMicros))
+	}
+	return b.NewRecordBatch(), nil
+}
+
+// appendValue appends one typed value to a builder of the column's Arrow type.
+func appendValue(b array.Builder, v schema.Value) error {
+	if v.IsNull() {
+		b.AppendNull()
+		return nil
+	}
+	if v.IsUnavailable() {
+		return fmt.Errorf("unavailable placeholder reached the writer")
+	}
+	switch b := b.(type) {
+	case *array.BooleanBuilder:
+		b.Append(v.I != 0)
+	case *array.Int8Builder:
+		b.Append(int8(v.I))
+	case *array.Int16Builder:
+		b.Append(int16(v.I))
+	case *array.Int32Builder:
+		b.Append(int32(v.I))
+	case *array.Int64Builder:
+		b.Append(v.I)
+	case *array.Float32Builder:
+		if v.Kind == schema.KindFloat {
+			b.Append(float32(v.F))
+		} else {
+			b.Append(float32(v.I))
+		}
+	case *array.Float64Builder:
+		if v.Kind == schema.KindFloat {
+			b.Append(v.F)
+		} else {
+			b.Append(float64(v.I))
+		}
+	case *array.StringBuilder:
+		switch v.Kind {
+		case schema.KindString:
+			b.Append(v.S)
+		case schema.KindDecimal:
+			b.Append(v.DecimalString())
+		default:
+			return fmt.Errorf("%s value for a string column", v.Kind)
+		}
+	case *array.BinaryBuilder:
+		if v.Kind == schema.KindString {
+			b.Append([]byte(v.S))
+		} else {
+			b.Append(v.B)
+		}
+	case *array.Date32Builder:
+		b.Append(arrow.Date32(v.I))
+	case *array.TimestampBuilder:
+		b.Append(arrow.Timestamp(v.I))
+	case *array.Decimal128Builder:
+		want := b.Type().(*arrow.Decimal128Type).Scale
+		if v.Kind != schema.KindDecimal || v.Scale != want {
+			return fmt.Errorf("%s value of scale %d for a decimal column of scale %d", v.Kind, v.Scale, want)
+		}
+		hi, lo := v.Decimal128()
+		b.Append(decimal128.New(hi, lo))
+	case *array.ListBuilder:
+		b.Append(true)
+		for _, e := range v.Elems {
+			if err := appendValue(b.ValueBuilder(), e); err != nil {
+				return err
+			}
+		}
+	case *array.StructBuilder:
+		b.Append(true)
+		for i := 0; i < b.NumField(); i++ {
+			e := schema.Null
+			if i < len(v.Elems) {
+				e = v.Elems[i]
+			}
+			if err := appendValue(b.FieldBuilder(i), e); err != nil {
+				return err
+			}
+		}
+	case *array.MapBuilder:
+		b.Append(true)
+		for i := 0; i+1 < len(v.Elems); i += 2 {
+			if err := appendValue(b.KeyBuilder(), v.Elems[i]); err != nil {
+				return err
+			}
+			if err := appendValue(b.ItemBuilder(), v.Elems[i+1]); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("no conversion to %s", b.Type())
+	}
+	return nil
+}
+
+// arrowToRows reads rows back from a record of the table schema.
+func arrowToRows(rec arrow.RecordBatch, nSource int) ([]Row, error) {
+	n := int(rec.NumRows())
+	rows := make([]Row, n)
+	vals := make([]schema.Value, n*nSource) // one allocation for all values
+	for r := range rows {
+		rows[r].Values = vals[r*nSource : (r+1)*nSource : (r+1)*nSource]
+	}
+	for c := 0; c < nSource; c++ {
+		col := rec.Column(c)
+		for r := 0; r < n; r++ {
+			v, err := valueAt(col, r)
+			if err != nil {
+				return nil, fmt.Errorf("column %s row %d: %w", rec.Schema().Field(c).Name, r, err)
+			}
+			rows[r].Values[c] = v
+		}
+	}
+	seq, ok1 := rec.Column(nSource).(*array.String)
+	del, ok2 := rec.Column(nSource + 1).(*array.Boolean)
+	src, ok3 := rec.Column(nSource + 2).(*array.Timestamp)
+	app, ok4 := rec.Column(nSource + 3).(*array.Timestamp)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil, fmt.Errorf("engine columns have unexpected types")
+	}
+	for r := range rows {
+		if seq.IsNull(r) {
+			return nil, fmt.Errorf("row %d has no %s", r, ColSeq)
+		}
+		s, err := parseSeqText(seq.Value(r))
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %s: %w", r, ColSeq, err)
+		}
+		rows[r].Seq = s
+		rows[r].Deleted = del.Value(r)
+		if !src.IsNull(r) {
+			rows[r].SourceTsMicros = int64(src.Value(r))
+		}
+		rows[r].AppliedMicros = int64(app.Value(r))
+	}
+	return rows, nil
+}
+
+func valueAt(col arrow.Array, r int) (schema.Value, error) {
+	if col.IsNull(r) {
+		return schema.Null, nil
+	}
+	switch a := col.(type) {
+	case *array.Boolean:
+		return schema.Bool(a.Value(r)), nil
+	case *array.Int8:
+		return schema.Int(int64(a.Value(r))), nil
+	case *array.Int16:
+		return schema.Int(int64(a.Value(r))), nil
+	case *array.Int32:
+		return schema.Int(int64(a.Value(r))), nil
+	case *array.Int64:
+		return schema.Int(a.Value(r)), nil
+	case *array.Float32:
+		return schema.Float(float64(a.Value(r))), nil
+	case *array.Float64:
+		return schema.Float(a.Value(r)), nil
+	case *array.String:
+		return schema.String(a.Value(r)), nil
+	case *array.Binary:
+		return schema.Bytes(append([]byte(nil), a.Value(r)...)), nil
+	case *array.Date32:
+		return schema.Int(int64(a.Value(r))), nil
+	case *array.Timestamp:
+		return schema.Int(int64(a.Value(r))), nil
+	case *array.Decimal128:
+		d := a.Value(r)
+		scale := a.DataType().(*arrow.Decimal128Type).Scale
+		return schema.Value{Kind: schema.KindDecimal, Hi: d.HighBits(), I: int64(d.LowBits()), Scale: scale}, nil
+	case *array.Map: // before List: a Map is a List
+		start, end := a.ValueOffsets(r)
+		keys, items := a.Keys(), a.Items()
+		elems := make([]schema.Value, 0, 2*(end-start))
+		for i := int(start); i < int(end); i++ {
+			k, err := valueAt(keys, i)
+			if err != nil {
+				return schema.Null, err
+			}
+			v, err := valueAt(items, i)
+			if err != nil {
+				return schema.Null, err
+			}
+			elems = append(elems, k, v)
+		}
+		return schema.Value{Kind: schema.KindMap, Elems: elems}, nil
+	case *array.List:
+		start, end := a.ValueOffsets(r)
+		elems := make([]schema.Value, 0, end-start)
+		for i := int(start); i < int(end); i++ {
+			v, err := valueAt(a.ListValues(), i)
+			if err != nil {
+				return schema.Null, err
+			}
+			elems = append(elems, v)
+		}
+		return schema.List(elems...), nil
+	case *array.Struct:
+		elems := make([]schema.Value, a.NumField())
+		for i := range elems {
+			v, err := valueAt(a.Field(i), r)
+			if err != nil {
+				return schema.Null, err
+			}
+			elems[i] = v
+		}
+		return schema.Struct(elems...), nil
+	}
+	return schema.Null, fmt.Errorf("no conversion from %s", col.DataType())
+}

@@ -1,0 +1,70 @@
+package apply
+
+import (
+	"math"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/datafile"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+func TestArrowRowsRoundTrip(t *testing.T) {
+	l, err := NewLayout([]delta.StructField{
+		{Name: "id", Type: delta.Long}, {Name: "b", Type: delta.Boolean, Nullable: true},
+		{Name: "i8", Type: delta.Byte, Nullable: true}, {Name: "i16", Type: delta.Short, Nullable: true},
+		{Name: "i32", Type: delta.Integer, Nullable: true}, {Name: "f32", Type: delta.Float, Nullable: true},
+		{Name: "f64", Type: delta.Double, Nullable: true}, {Name: "s", Type: delta.String, Nullable: true},
+		{Name: "bin", Type: delta.Binary, Nullable: true}, {Name: "d", Type: delta.Date, Nullable: true},
+		{Name: "ts", Type: delta.Timestamp, Nullable: true}, {Name: "ntz", Type: delta.TimestampNTZ, Nullable: true},
+		{Name: "dec", Type: delta.DecimalType{Precision: 38, Scale: 4}, Nullable: true},
+		{Name: "arr", Type: delta.ArrayType{ElementType: delta.String, ContainsNull: true}, Nullable: true},
+		{Name: "st", Type: delta.StructType{Fields: []delta.StructField{{Name: "x", Type: delta.Integer, Nullable: true}, {Name: "y", Type: delta.String, Nullable: true}}}, Nullable: true},
+		{Name: "m", Type: delta.MapType{KeyType: delta.String, ValueType: delta.Long, ValueContainsNull: true}, Nullable: true},
+	}, []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := []schema.Value{schema.Int(1), schema.Bool(true), schema.Int(-128), schema.Int(32767), schema.Int(math.MinInt32),
+		schema.Float(float64(float32(1.5))), schema.Float(math.Inf(-1)), schema.String("héllo"), schema.Bytes([]byte{0, 1, 255}),
+		schema.Int(-719162), schema.Int(1_700_000_000_123_456), schema.Int(-1),
+		{Kind: schema.KindDecimal, Hi: -1, I: -123456789, Scale: 4},
+		schema.List(schema.String("a"), schema.Null), schema.Struct(schema.Int(7), schema.Null),
+		{Kind: schema.KindMap, Elems: []schema.Value{schema.String("k"), schema.Int(9)}}}
+	nulls := make([]schema.Value, len(full))
+	nulls[0] = schema.Int(2)
+	rows := []Row{
+		{Values: full, Seq: []byte{1, 2, 3}, Deleted: false, SourceTsMicros: 5, AppliedMicros: 6},
+		{Values: nulls, Seq: []byte{0xff}, Deleted: true, AppliedMicros: 7},
+	}
+	sch, err := datafile.ArrowSchema(l.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := rowsToArrow(sch, len(l.Source), rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	back, err := arrowToRows(rec, len(l.Source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range rows {
+		for c := range rows[r].Values {
+			if !back[r].Values[c].Equal(rows[r].Values[c]) {
+				t.Errorf("row %d col %s: got %#v want %#v", r, l.Source[c].Name, back[r].Values[c], rows[r].Values[c])
+			}
+		}
+		if string(back[r].Seq) != string(rows[r].Seq) || back[r].Deleted != rows[r].Deleted ||
+			back[r].SourceTsMicros != rows[r].SourceTsMicros || back[r].AppliedMicros != rows[r].AppliedMicros {
+			t.Errorf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
+		}
+	}
+	// The placeholder must never be written.
+	bad := append([]schema.Value(nil), full...)
+	bad[7] = schema.Unavailable
+	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
+		t.Error("writing the unavailable placeholder must fail")
+	}
+}
