@@ -226,6 +226,13 @@ func (tx *Transaction) validate() (Protocol, Metadata, error) {
 			}
 		}
 	}
+	if ict, _ := inCommitTimestamps(p, m); ict && tx.read != nil {
+		if was, _ := inCommitTimestamps(tx.read.Protocol, tx.read.Metadata); !was {
+			// Enabling needs delta.inCommitTimestampEnablementVersion set to
+			// the version this commit lands at, unknown until it lands.
+			return p, m, fmt.Errorf("commit to table %s: enabling in-commit timestamps on a table with history: %w", loc, ErrUnsupportedFeature)
+		}
+	}
 	if appendOnly(m) {
 		for _, k := range tx.removeOrder {
 			if tx.removes[k].DataChange {
@@ -317,10 +324,21 @@ func (tx *Transaction) Commit(ctx context.Context, operation string, params map[
 		rv := tx.read.Version
 		info.ReadVersion = &rv
 	}
+	// With in-commit timestamps each commit's time is the later of now and
+	// 1ms after the previous commit's, so commit times never go backwards.
+	ict, _ := inCommitTimestamps(p, m)
+	prevICT := int64(-1 << 62)
+	if ict && tx.read != nil {
+		prevICT = tx.read.Timestamp
+	}
 	var winners [][]Action
 	version := tx.readVersion() + 1
 	for {
 		info.Timestamp = opts.clock().UnixMilli()
+		if ict {
+			t := max(info.Timestamp, prevICT+1)
+			info.InCommitTimestamp = &t
+		}
 		actions := tx.actions(info)
 		data, err := EncodeActions(actions)
 		if err != nil {
@@ -343,7 +361,11 @@ func (tx *Transaction) Commit(ctx context.Context, operation string, params map[
 		}
 		if err == nil {
 			tx.done = true
-			return tx.committed(ctx, version, info.Timestamp, len(winners), winners, actions, p, m)
+			ts := info.Timestamp
+			if info.InCommitTimestamp != nil {
+				ts = *info.InCommitTimestamp
+			}
+			return tx.committed(ctx, version, ts, len(winners), winners, actions, p, m)
 		}
 		if winner == nil {
 			winner, err = tx.table.readCommit(ctx, version)
@@ -353,6 +375,9 @@ func (tx *Transaction) Commit(ctx context.Context, operation string, params map[
 		}
 		if err := tx.checkConflict(version, winner); err != nil {
 			return nil, err
+		}
+		if ci := firstCommitInfo(winner); ci != nil && ci.InCommitTimestamp != nil {
+			prevICT = max(prevICT, *ci.InCommitTimestamp)
 		}
 		winners = append(winners, winner)
 		if len(winners) > opts.maxRetries {

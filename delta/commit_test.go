@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -323,7 +324,8 @@ func TestFeatureChecks(t *testing.T) {
 		{"reader feature unknown", Protocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: []string{"variantType"}}, meta("", nil), `reader feature "variantType"`, `reader feature "variantType"`, false},
 		{"v2 checkpoint read only", Protocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: []string{"v2Checkpoint"}, WriterFeatures: []string{"v2Checkpoint"}}, meta("", nil), "", `"v2Checkpoint"`, false},
 		{"named column mapping", Protocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: []string{"columnMapping"}, WriterFeatures: []string{"columnMapping"}}, meta("", nil), "", `"columnMapping"`, false},
-		{"ICT", Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"inCommitTimestamp"}}, meta("", nil), "", `"inCommitTimestamp"`, false},
+		{"ICT", Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"inCommitTimestamp"}}, meta("", nil), "", "", false},
+		{"row tracking", Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"rowTracking"}}, meta("", nil), "", `"rowTracking"`, false},
 		{"named CDF", Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"changeDataFeed"}}, meta("", nil), "", `"changeDataFeed"`, false},
 		{"named invariants unused", Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{"invariants"}}, meta("", nil), "", "", false},
 	}
@@ -530,4 +532,62 @@ func (l *landedButFailed) WriteIfAbsent(ctx context.Context, p string, data []by
 		return err
 	}
 	return errors.New("request timed out")
+}
+
+// TestCommitInCommitTimestamps: on a table created with in-commit
+// timestamps, every commit carries one, strictly increasing even when the
+// clock goes backwards or a race is lost, and replay reports the same times.
+func TestCommitInCommitTimestamps(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	now := int64(10_000)
+	tbl := Open(store, Clock(func() time.Time { now -= 1000; return time.UnixMilli(now) }))
+	tx := tbl.Begin(nil)
+	tx.SetProtocol(Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{FeatureInCommitTimestamp}})
+	tx.SetMetadata(testMetadata(map[string]string{"delta.enableInCommitTimestamps": "true"}))
+	c, err := tx.Commit(ctx, "CREATE TABLE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := c.Snapshot
+	// Two transactions on one snapshot: the second loses the race to the
+	// first and must still come out 1ms after it.
+	a, b := tbl.Begin(snap), tbl.Begin(snap)
+	a.Add(fakeAdd("a"))
+	b.Add(fakeAdd("b"))
+	var times []int64
+	for _, tx := range []*Transaction{a, b} {
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		times = append(times, c.Snapshot.Timestamp)
+	}
+	want := []int64{snap.Timestamp + 1, snap.Timestamp + 2}
+	if !reflect.DeepEqual(times, want) {
+		t.Errorf("commit times %v, want %v (monotonic despite the clock)", times, want)
+	}
+	for v := int64(0); v <= 2; v++ {
+		ci := firstCommitInfo(mustCommit(t, tbl, v))
+		s, err := tbl.SnapshotAt(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.InCommitTimestamp == nil || *ci.InCommitTimestamp != s.Timestamp {
+			t.Errorf("version %d: commitInfo %v, replayed timestamp %d", v, ci.InCommitTimestamp, s.Timestamp)
+		}
+	}
+	if v, err := tbl.VersionAsOf(ctx, time.UnixMilli(times[0])); err != nil || v != 1 {
+		t.Errorf("as of %d: %d %v, want 1", times[0], v, err)
+	}
+
+	// Enabling on a table with history is refused: the enablement version
+	// is not known before the commit lands.
+	plain, psnap := createTable(t, storage.NewLocal(t.TempDir()), nil)
+	tx = plain.Begin(psnap)
+	tx.SetProtocol(Protocol{MinReaderVersion: 1, MinWriterVersion: 7, WriterFeatures: []string{FeatureInCommitTimestamp}})
+	tx.SetMetadata(testMetadata(map[string]string{"delta.enableInCommitTimestamps": "true"}))
+	if _, err := tx.Commit(ctx, "SET TBLPROPERTIES", nil); !errors.Is(err, ErrUnsupportedFeature) {
+		t.Errorf("enabling in-commit timestamps: %v, want ErrUnsupportedFeature", err)
+	}
 }

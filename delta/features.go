@@ -51,16 +51,19 @@ var readFeatures = map[string]bool{
 
 // writeFeatures are the writer features a Transaction honours. Features that
 // are safe only while unused (invariants) are checked separately against the
-// schema. columnMapping stays out until data files are written with physical
+// schema. inCommitTimestamp is written on tables that have it from their
+// creation or already enabled; enabling it on a table with history is
+// refused in Transaction.validate. columnMapping stays out until data files are written with physical
 // names; v2Checkpoint stays out because log checkpoints are written classic
 // only, which a table with delta.checkpointPolicy=v2 forbids.
 var writeFeatures = map[string]bool{
-	FeatureAppendOnly:      true,
-	FeatureInvariants:      true,
-	FeatureTimestampNTZ:    true,
-	FeatureDomainMetadata:  true,
-	FeatureDeletionVectors: true,
-	FeatureVacuumProtocol:  true,
+	FeatureAppendOnly:        true,
+	FeatureInvariants:        true,
+	FeatureTimestampNTZ:      true,
+	FeatureDomainMetadata:    true,
+	FeatureDeletionVectors:   true,
+	FeatureVacuumProtocol:    true,
+	FeatureInCommitTimestamp: true,
 }
 
 // legacyWriterFeatures lists the features each legacy writer version
