@@ -1,0 +1,161 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func TestLocalWriteIfAbsent(t *testing.T) {
+	ctx := context.Background()
+	s := NewLocal(t.TempDir())
+	if err := s.WriteIfAbsent(ctx, "_delta_log/00.json", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WriteIfAbsent(ctx, "_delta_log/00.json", []byte("second"))
+	if !errors.Is(err, ErrExist) {
+		t.Fatalf("second write: want ErrExist, got %v", err)
+	}
+	b, err := s.Read(ctx, "_delta_log/00.json")
+	if err != nil || string(b) != "first" {
+		t.Fatalf("read = %q, %v; the loser must not change the file", b, err)
+	}
+	// No temporary file is left behind by either write.
+	files, err := s.List(ctx, "_delta_log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Path != "_delta_log/00.json" || files[0].Size != 5 {
+		t.Fatalf("list = %+v", files)
+	}
+}
+
+// TestLocalWriteIfAbsentRace: of many writers racing for one name exactly
+// one wins and the file holds exactly the winner's bytes.
+func TestLocalWriteIfAbsentRace(t *testing.T) {
+	ctx := context.Background()
+	s := NewLocal(t.TempDir())
+	const n = 16
+	var wg sync.WaitGroup
+	wins := make(chan int, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			err := s.WriteIfAbsent(ctx, "v.json", []byte(fmt.Sprintf("writer-%02d", i)))
+			switch {
+			case err == nil:
+				wins <- i
+			case !errors.Is(err, ErrExist):
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(wins)
+	var winners []int
+	for w := range wins {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("winners = %v, want exactly one", winners)
+	}
+	b, _ := s.Read(ctx, "v.json")
+	if string(b) != fmt.Sprintf("writer-%02d", winners[0]) {
+		t.Fatalf("file holds %q, winner was %d", b, winners[0])
+	}
+}
+
+func TestLocalReadListDelete(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := NewLocal(dir)
+	if _, err := s.Read(ctx, "missing"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("read missing: %v", err)
+	}
+	if files, err := s.List(ctx, "nothing-here"); err != nil || len(files) != 0 {
+		t.Fatalf("list of a missing dir = %v, %v", files, err)
+	}
+	for _, p := range []string{"b/2", "a/1", "a/c/3"} {
+		if err := s.Write(ctx, p, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Write(ctx, "a/1", []byte("replaced")); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := s.List(ctx, "")
+	var got []string
+	for _, f := range files {
+		got = append(got, f.Path)
+	}
+	if fmt.Sprint(got) != "[a/1 a/c/3 b/2]" {
+		t.Fatalf("list = %v, want sorted [a/1 a/c/3 b/2]", got)
+	}
+	if b, _ := s.Read(ctx, "a/1"); string(b) != "replaced" {
+		t.Fatalf("overwrite: %q", b)
+	}
+	if err := s.Delete(ctx, "a/1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "a/1"); err != nil {
+		t.Fatalf("deleting a missing file is not an error: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "1")); !os.IsNotExist(err) {
+		t.Fatalf("file still there: %v", err)
+	}
+	// A path with ".." stays under the root.
+	if err := s.Write(ctx, "../escape", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape")); err == nil {
+		t.Fatal("a path escaped the root")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "escape")); err != nil {
+		t.Fatalf("the cleaned path should be under the root: %v", err)
+	}
+}
+
+func TestFaultyCrashAndFail(t *testing.T) {
+	ctx := context.Background()
+	inner := NewLocal(t.TempDir())
+	f := NewFaulty(inner)
+
+	f.FailAt(1)
+	if err := f.Write(ctx, "x", []byte("1")); !errors.Is(err, ErrInjected) {
+		t.Fatalf("op 1: want ErrInjected, got %v", err)
+	}
+	if _, err := inner.Read(ctx, "x"); !errors.Is(err, ErrNotExist) {
+		t.Fatal("a failed op must not take effect")
+	}
+	if err := f.Write(ctx, "x", []byte("2")); err != nil {
+		t.Fatalf("op 2 after a one-off failure: %v", err)
+	}
+
+	f.CrashAt(3, true) // the write lands, then the process "dies"
+	if err := f.WriteIfAbsent(ctx, "y", []byte("3")); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("op 3: want ErrCrashed, got %v", err)
+	}
+	if b, err := inner.Read(ctx, "y"); err != nil || string(b) != "3" {
+		t.Fatalf("crash-after op must take effect: %q %v", b, err)
+	}
+	if _, err := f.Read(ctx, "x"); !errors.Is(err, ErrCrashed) {
+		t.Fatal("every op after a crash fails")
+	}
+	f.Restart()
+	f.CrashAt(5, false)
+	if err := f.Delete(ctx, "x"); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("op 5: %v", err)
+	}
+	if _, err := inner.Read(ctx, "x"); err != nil {
+		t.Fatal("a crash-before op must not take effect")
+	}
+	ops := f.Ops()
+	if len(ops) != 5 || ops[0].Kind != OpWrite || ops[2].Kind != OpWriteIfAbsent || ops[4].Kind != OpDelete || f.Count() != 5 {
+		t.Fatalf("op log = %v", ops)
+	}
+}
