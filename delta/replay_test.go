@@ -553,3 +553,61 @@ func TestReplayAfterLogCleanup(t *testing.T) {
 		t.Errorf("as of now: %v %v, want version 12", s, err)
 	}
 }
+
+// TestReplaySkipsIncompleteOrDamagedCheckpoints: a multi-part checkpoint
+// missing a part is never read, and a checkpoint that cannot be decoded is
+// passed over for the JSON commits; either way the state is the log's.
+func TestReplaySkipsIncompleteOrDamagedCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name, table string
+		damage      func(t *testing.T, logDir string)
+		wantRead    bool // whether replay may read (and reject) the checkpoint
+	}{
+		{"missing part", "multi-part-checkpoint", func(t *testing.T, logDir string) {
+			if err := os.Remove(filepath.Join(logDir, "00000000000000000001.checkpoint.0000000002.0000000002.parquet")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"truncated classic", "with_checkpoint_no_last_checkpoint", func(t *testing.T, logDir string) {
+			p := filepath.Join(logDir, "00000000000000000002.checkpoint.parquet")
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data[:len(data)/2], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var root string
+			if tc.table == "multi-part-checkpoint" {
+				root = goldenTable(t, tc.table)
+			} else {
+				root = t.TempDir()
+				if out, err := exec.Command("cp", "-r", kernelTable(t, tc.table)+"/.", root).CombinedOutput(); err != nil {
+					t.Fatalf("copy table: %v %s", err, out)
+				}
+			}
+			tc.damage(t, filepath.Join(root, LogDir))
+			faulty := storage.NewFaulty(storage.NewLocal(root))
+			snap, err := Open(faulty).Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.CheckpointVersion() != -1 {
+				t.Errorf("replayed from checkpoint %d", snap.CheckpointVersion())
+			}
+			checkAgainstOracle(t, snap, readOracle(t, root, snap.Version))
+			readCkpt := false
+			for _, p := range readsOf(faulty) {
+				readCkpt = readCkpt || strings.Contains(p, ".checkpoint.")
+			}
+			if readCkpt != tc.wantRead {
+				t.Errorf("read a checkpoint file: %v, want %v (reads %v)", readCkpt, tc.wantRead, readsOf(faulty))
+			}
+		})
+	}
+}
