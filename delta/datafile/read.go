@@ -1,0 +1,206 @@
+package datafile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/dv"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// ReadParquet decodes a whole Parquet file into one Arrow record in the
+// file's own schema (physical names, the file's types). It is the plain
+// reader under Read, and what tests use to read reference files.
+func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
+	mem := memory.DefaultAllocator
+	pr, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("open parquet: %w", err)
+	}
+	defer pr.Close()
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, mem)
+	if err != nil {
+		return nil, fmt.Errorf("open parquet: %w", err)
+	}
+	tbl, err := fr.ReadTable(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read parquet: %w", err)
+	}
+	defer tbl.Release()
+	cols := make([]arrow.Array, tbl.NumCols())
+	for i := range cols {
+		chunks := tbl.Column(i).Data().Chunks()
+		switch len(chunks) {
+		case 0:
+			cols[i] = array.MakeArrayOfNull(mem, tbl.Schema().Field(i).Type, 0)
+		case 1:
+			chunks[0].Retain()
+			cols[i] = chunks[0]
+		default:
+			c, err := array.Concatenate(chunks, mem)
+			if err != nil {
+				return nil, fmt.Errorf("read parquet column %q: %w", tbl.Schema().Field(i).Name, err)
+			}
+			cols[i] = c
+		}
+	}
+	rec := array.NewRecordBatch(tbl.Schema(), cols, tbl.NumRows())
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
+}
+
+// Read returns the live rows of the data file of add as one record in the
+// table's logical schema (ArrowSchema of l.Schema): partition columns come
+// from add.partitionValues, columns the file lacks are null, narrower file
+// types are widened, and rows deleted by add's deletion vector are gone.
+// st is rooted at the table.
+func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add) (arrow.RecordBatch, error) {
+	p, abs, err := delta.DecodePath(add.Path)
+	if err != nil {
+		return nil, fmt.Errorf("read data file: %w", err)
+	}
+	if abs {
+		root := strings.TrimSuffix(st.Location(), "/") + "/"
+		if !strings.HasPrefix(p, root) {
+			return nil, fmt.Errorf("read data file %s: absolute path outside the table at %s", add.Path, st.Location())
+		}
+		p = strings.TrimPrefix(p, root)
+	}
+	data, err := st.Read(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read data file: %w", err)
+	}
+	raw, err := ReadParquet(ctx, data)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", p, err)
+	}
+	defer raw.Release()
+	rec, err := l.Conform(raw, add.PartitionValues)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", p, err)
+	}
+	if add.DeletionVector == nil {
+		return rec, nil
+	}
+	defer rec.Release()
+	bm, err := dv.Load(ctx, st, add.DeletionVector)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", p, err)
+	}
+	if !bm.IsEmpty() && bm.Maximum() >= uint64(rec.NumRows()) {
+		return nil, fmt.Errorf("read data file %s: deletion vector deletes row %d of %d", p, bm.Maximum(), rec.NumRows())
+	}
+	deleted := bm.ToArray()
+	out, err := dropRows(rec, deleted)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", p, err)
+	}
+	return out, nil
+}
+
+// Conform maps a record read from a data file (file schema) to the
+// table's logical schema, filling partition columns from partitionValues
+// (keyed by physical name under column mapping, as the log keys them).
+func (l Layout) Conform(raw arrow.RecordBatch, partitionValues map[string]*string) (arrow.RecordBatch, error) {
+	mem := memory.DefaultAllocator
+	schema, err := ArrowSchema(l.Schema)
+	if err != nil {
+		return nil, err
+	}
+	n := int(raw.NumRows())
+	fileFields := raw.Schema().Fields()
+	cols := make([]arrow.Array, 0, len(schema.Fields()))
+	release := func() {
+		for _, c := range cols {
+			c.Release()
+		}
+	}
+	for _, f := range l.Schema.Fields {
+		if f.Type == delta.Void {
+			continue
+		}
+		var col arrow.Array
+		var err error
+		if l.isPartition(f.Name) {
+			v, ok := partitionValues[l.physicalName(f)]
+			if !ok {
+				v = partitionValues[f.Name]
+			}
+			col, err = partitionArray(mem, f.Type, v, n)
+		} else if i := l.findField(fileFields, f); i >= 0 {
+			col, err = l.conform(mem, raw.Column(i), f.Type)
+		} else {
+			var t arrow.DataType
+			t, err = ArrowType(f.Type)
+			if err == nil {
+				col = array.MakeArrayOfNull(mem, t, n)
+			}
+		}
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("column %q: %w", f.Name, err)
+		}
+		cols = append(cols, col)
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(n))
+	release()
+	return rec, nil
+}
+
+// dropRows returns rec without the rows at the sorted indexes in deleted:
+// the kept runs between deleted rows are sliced and concatenated, which
+// costs one copy and works for every column type, nested ones included.
+func dropRows(rec arrow.RecordBatch, deleted []uint64) (arrow.RecordBatch, error) {
+	n := rec.NumRows()
+	type run struct{ from, to int64 }
+	var runs []run
+	start := int64(0)
+	for _, d := range deleted {
+		if int64(d) > start {
+			runs = append(runs, run{start, int64(d)})
+		}
+		start = int64(d) + 1
+	}
+	if start < n {
+		runs = append(runs, run{start, n})
+	}
+	kept := int64(0)
+	for _, r := range runs {
+		kept += r.to - r.from
+	}
+	cols := make([]arrow.Array, rec.NumCols())
+	for c := range cols {
+		if len(runs) == 0 {
+			cols[c] = array.MakeArrayOfNull(memory.DefaultAllocator, rec.Column(c).DataType(), 0)
+			continue
+		}
+		parts := make([]arrow.Array, len(runs))
+		for i, r := range runs {
+			parts[i] = array.NewSlice(rec.Column(c), r.from, r.to)
+		}
+		out, err := array.Concatenate(parts, memory.DefaultAllocator)
+		for _, p := range parts {
+			p.Release()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("drop deleted rows: %w", err)
+		}
+		cols[c] = out
+	}
+	out := array.NewRecordBatch(rec.Schema(), cols, kept)
+	for _, c := range cols {
+		c.Release()
+	}
+	return out, nil
+}
