@@ -140,10 +140,11 @@ func ckptDecodeParquet(data []byte) ([]Action, error) {
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
 	d := &ckptDecoder{
-		root:   f.Root(),
-		nrows:  int(f.NumRows()),
-		buf:    make([]parquet.Value, 1024),
-		intern: make(map[string]string),
+		root:       f.Root(),
+		nrows:      int(f.NumRows()),
+		buf:        make([]parquet.Value, 1024),
+		intern:     make(map[string]string),
+		internPtrs: make(map[string]*string),
 	}
 	rows := make([]Action, d.nrows)
 	d.decodeTxn(rows)
@@ -184,8 +185,9 @@ type ckptDecoder struct {
 	// intern shares the strings that repeat on most rows (partition column
 	// names, low-cardinality partition values, deletion vector storage
 	// types) instead of allocating them per row.
-	intern map[string]string
-	err    error
+	intern     map[string]string
+	internPtrs map[string]*string
+	err        error
 }
 
 func (d *ckptDecoder) fail(col *parquet.Column, format string, args ...any) {
@@ -395,58 +397,110 @@ func (d *ckptDecoder) strMap(col *parquet.Column, idx []int32, set func(i int32,
 	}
 	mapDef, entryDef := col.MaxDefinitionLevel(), kv.MaxDefinitionLevel()
 	keyDef, valDef := keyCol.MaxDefinitionLevel(), valCol.MaxDefinitionLevel()
-	// Pass 1: keys, one entry per level slot so values line up by position.
-	type entry struct {
-		slot int32
-		key  string
-		has  bool // the slot is a map entry (not a null or empty map)
+	if keyDef < entryDef || valDef < entryDef {
+		d.fail(col, "malformed map levels")
+		return
 	}
-	var ents []entry
-	maps := make(map[int32]map[string]*string)
+	// Pass 1: keys of the wanted rows, with the slot each entry belongs
+	// to. present marks slots whose map is not null (it may be empty).
+	present := make([]bool, pqSlots(idx))
+	var keys []string
+	var slots []int32
 	d.scan(keyCol, func(row int, v parquet.Value) {
 		i := idx[row]
 		def := v.DefinitionLevel()
 		if i < 0 || def < mapDef {
-			ents = append(ents, entry{slot: -1})
 			return
 		}
-		if maps[i] == nil {
-			maps[i] = make(map[string]*string)
+		present[i] = true
+		if def < entryDef {
+			return // an empty map
 		}
-		if def < entryDef || def < keyDef {
-			ents = append(ents, entry{slot: -1})
-			return
-		}
-		ents = append(ents, entry{slot: i, key: d.internBytes(v.ByteArray()), has: true})
+		keys = append(keys, d.internBytes(v.ByteArray()))
+		slots = append(slots, i)
 	})
-	// Pass 2: values.
-	k := 0
+	// Pass 2: values. The value column has the key column's levels, so it
+	// meets the same entries in the same order: pair them by count.
+	vals := make([]*string, 0, len(keys))
 	d.scan(valCol, func(row int, v parquet.Value) {
-		if k >= len(ents) {
-			d.fail(valCol, "more values than keys")
-			return
-		}
-		e := ents[k]
-		k++
-		if !e.has {
+		i := idx[row]
+		if i < 0 || v.DefinitionLevel() < entryDef {
 			return
 		}
 		var val *string
 		if v.DefinitionLevel() == valDef {
-			s := d.internBytes(v.ByteArray())
-			val = &s
+			val = d.internPtr(v.ByteArray())
 		}
-		maps[e.slot][e.key] = val
+		vals = append(vals, val)
 	})
-	if d.err == nil && k != len(ents) {
-		d.fail(valCol, "%d values for %d keys", k, len(ents))
+	if d.err == nil && len(vals) != len(keys) {
+		d.fail(valCol, "%d values for %d keys", len(vals), len(keys))
 	}
 	if d.err != nil {
 		return
 	}
-	for i, m := range maps {
-		set(i, m)
+	// Build the maps, sharing one map between slots with equal content:
+	// a partitioned table's files repeat a few partition values, and the
+	// maps are read-only like every action of a snapshot.
+	shared := make(map[string]map[string]*string)
+	var sig []byte
+	e := 0
+	for i := range present {
+		if !present[i] {
+			continue
+		}
+		from := e
+		for e < len(slots) && slots[e] == int32(i) {
+			e++
+		}
+		sig = sig[:0]
+		for j := from; j < e; j++ {
+			sig = append(sig, keys[j]...)
+			if vals[j] == nil {
+				sig = append(sig, 1)
+			} else {
+				sig = append(sig, 0)
+				sig = append(sig, *vals[j]...)
+			}
+			sig = append(sig, 0, 0)
+		}
+		m, ok := shared[string(sig)]
+		if !ok {
+			m = make(map[string]*string, e-from)
+			for j := from; j < e; j++ {
+				m[keys[j]] = vals[j]
+			}
+			if len(shared) < 4096 {
+				shared[string(sig)] = m
+			}
+		}
+		set(int32(i), m)
 	}
+}
+
+// internPtr returns a shared pointer to the string of b, for map values
+// that repeat across rows.
+func (d *ckptDecoder) internPtr(b []byte) *string {
+	if p, ok := d.internPtrs[string(b)]; ok {
+		return p
+	}
+	s := d.internBytes(b)
+	p := &s
+	if len(d.internPtrs) < 4096 {
+		d.internPtrs[s] = p
+	}
+	return p
+}
+
+// pqSlots returns the number of slots a row index maps to.
+func pqSlots(idx []int32) int {
+	n := 0
+	for _, i := range idx {
+		if i >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // plainMap is strMap for maps whose Go type has non-nullable values; a null
@@ -491,26 +545,28 @@ func (d *ckptDecoder) strList(col *parquet.Column, idx []int32, set func(i int32
 		return
 	}
 	listDef, elemDef := col.MaxDefinitionLevel(), elem.MaxDefinitionLevel()
-	lists := make(map[int32][]string)
+	lists := make([][]string, pqSlots(idx))
+	seen := make([]bool, len(lists))
 	d.scan(elem, func(row int, v parquet.Value) {
 		i := idx[row]
 		if i < 0 || v.DefinitionLevel() < listDef {
 			return
 		}
-		l, ok := lists[i]
-		if !ok {
-			l = []string{}
-		}
+		seen[i] = true
 		if v.DefinitionLevel() == elemDef {
-			l = append(l, d.internBytes(v.ByteArray()))
+			lists[i] = append(lists[i], d.internBytes(v.ByteArray()))
 		}
-		lists[i] = l
 	})
 	if d.err != nil {
 		return
 	}
 	for i, l := range lists {
-		set(i, l)
+		if seen[i] {
+			if l == nil {
+				l = []string{}
+			}
+			set(int32(i), l)
+		}
 	}
 }
 
