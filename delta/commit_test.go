@@ -447,6 +447,31 @@ func TestConflicts(t *testing.T) {
 	}
 }
 
+// TestConcurrentCreate: two transactions creating one table; the second
+// learns the table was created concurrently and writes nothing.
+func TestConcurrentCreate(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var txs []*Transaction
+	for i := 0; i < 2; i++ {
+		tx := Open(storage.NewLocal(dir)).Begin(nil)
+		tx.SetProtocol(Protocol{MinReaderVersion: 1, MinWriterVersion: 2})
+		tx.SetMetadata(testMetadata(map[string]string{"creator": fmt.Sprint(i)}))
+		txs = append(txs, tx)
+	}
+	if _, err := txs[0].Commit(ctx, "CREATE TABLE", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := txs[1].Commit(ctx, "CREATE TABLE", nil)
+	if !errors.Is(err, ErrProtocolChanged) || !strings.Contains(err.Error(), "created concurrently") {
+		t.Fatalf("second create: %v, want ErrProtocolChanged (created concurrently)", err)
+	}
+	snap, err := Open(storage.NewLocal(dir)).Snapshot(ctx)
+	if err != nil || snap.Version != 0 || snap.Metadata.Configuration["creator"] != "0" {
+		t.Fatalf("table %v %v; want version 0 by the first creator", snap, err)
+	}
+}
+
 func TestCommitRetriesExhausted(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())

@@ -70,11 +70,13 @@ func (tx *Transaction) checkConflict(won int64, winner []Action) error {
 		return &ConflictError{Kind: kind, Table: tx.table.Location(), ReadVersion: tx.readVersion(),
 			WinningVersion: won, Detail: fmt.Sprintf(format, args...)}
 	}
+	if tx.read == nil {
+		// Whatever the winner holds, the table this transaction meant to
+		// create exists now.
+		return conflict(ErrProtocolChanged, "the table was created concurrently")
+	}
 	for i := range winner {
 		if winner[i].Protocol != nil {
-			if tx.read == nil {
-				return conflict(ErrProtocolChanged, "the table was created concurrently")
-			}
 			return conflict(ErrProtocolChanged, "protocol is now %d/%d", winner[i].Protocol.MinReaderVersion, winner[i].Protocol.MinWriterVersion)
 		}
 	}
