@@ -1,0 +1,214 @@
+package datafile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/google/uuid"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// Codec is a Parquet compression codec for written files.
+type Codec string
+
+// The codecs Write offers. Zstd is the protocol's recommended default.
+const (
+	Zstd         Codec = "zstd"
+	Snappy       Codec = "snappy"
+	Uncompressed Codec = "uncompressed"
+)
+
+// WriteOption configures Write.
+type WriteOption func(*writeOptions)
+
+type writeOptions struct {
+	codec    Codec
+	now      func() time.Time
+	rowGroup int64
+}
+
+// Compression sets the codec of written files (default Zstd).
+func Compression(c Codec) WriteOption { return func(o *writeOptions) { o.codec = c } }
+
+// Clock replaces time.Now for add.modificationTime; tests use it.
+func Clock(now func() time.Time) WriteOption { return func(o *writeOptions) { o.now = now } }
+
+// RowGroupRows bounds the rows per Parquet row group (default 1Mi).
+func RowGroupRows(n int64) WriteOption { return func(o *writeOptions) { o.rowGroup = n } }
+
+// Write stores rec, the table's data columns (every non-partition column
+// in schema order, logical names and ArrowType types), as a new Parquet
+// file under a unique name and returns the add action for it, with
+// partitionValues (serialized, keyed by logical name), size, time and
+// stats. The file is written with WriteIfAbsent: data files are never
+// overwritten.
+func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBatch, partitionValues map[string]*string, opts ...WriteOption) (*delta.Add, error) {
+	o := writeOptions{codec: Zstd, now: time.Now, rowGroup: 1 << 20}
+	for _, f := range opts {
+		f(&o)
+	}
+	phys, err := l.checkRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("write data file: %w", err)
+	}
+	data, err := encodeParquet(phys, o)
+	if err != nil {
+		return nil, fmt.Errorf("write data file: %w", err)
+	}
+	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", uuid.New(), o.codec)
+	if err := st.WriteIfAbsent(ctx, name, data); err != nil {
+		return nil, fmt.Errorf("write data file: %w", err)
+	}
+	pv, err := l.partitionKeys(partitionValues)
+	if err != nil {
+		return nil, fmt.Errorf("write data file: %w", err)
+	}
+	return &delta.Add{
+		Path:             delta.EncodePath(name),
+		PartitionValues:  pv,
+		Size:             int64(len(data)),
+		ModificationTime: o.now().UnixMilli(),
+		DataChange:       true,
+		Stats:            l.ComputeStats(rec).JSON(),
+	}, nil
+}
+
+// partitionKeys checks that every partition column has a value and
+// returns the map keyed as the log keys it (physical names).
+func (l Layout) partitionKeys(in map[string]*string) (map[string]*string, error) {
+	out := make(map[string]*string, len(l.PartitionColumns))
+	for _, p := range l.PartitionColumns {
+		f, _, ok := l.Schema.Field(p)
+		if !ok {
+			return nil, fmt.Errorf("partition column %q is not in the schema", p)
+		}
+		v, ok := in[p]
+		if !ok {
+			return nil, fmt.Errorf("no value for partition column %q", p)
+		}
+		out[l.physicalName(f)] = v
+	}
+	if len(in) != len(l.PartitionColumns) {
+		extra := maps.Clone(in)
+		for _, p := range l.PartitionColumns {
+			delete(extra, p)
+		}
+		for k := range extra {
+			return nil, fmt.Errorf("%q is not a partition column", k)
+		}
+	}
+	return out, nil
+}
+
+// checkRecord verifies rec holds exactly the data columns with their
+// logical Arrow types, and returns it relabelled with the physical schema
+// (physical names and field ids under column mapping).
+func (l Layout) checkRecord(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	var data []delta.StructField
+	for _, f := range l.Schema.Fields {
+		if !l.isPartition(f.Name) && f.Type != delta.Void {
+			data = append(data, f)
+		}
+	}
+	if int(rec.NumCols()) != len(data) {
+		return nil, fmt.Errorf("record has %d columns, the table has %d data columns", rec.NumCols(), len(data))
+	}
+	for i, f := range data {
+		want, err := ArrowType(f.Type)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", f.Name, err)
+		}
+		if rec.ColumnName(i) != f.Name {
+			return nil, fmt.Errorf("column %d is %q, want %q", i, rec.ColumnName(i), f.Name)
+		}
+		if !arrow.TypeEqual(rec.Column(i).DataType(), want) {
+			return nil, fmt.Errorf("column %q is %s, want %s", f.Name, rec.Column(i).DataType(), want)
+		}
+		if !f.Nullable && rec.Column(i).NullN() > 0 {
+			return nil, fmt.Errorf("column %q is not nullable but has %d nulls", f.Name, rec.Column(i).NullN())
+		}
+	}
+	if l.Mapping == MappingNone {
+		rec.Retain()
+		return rec, nil
+	}
+	fields, err := l.physicalFields(data)
+	if err != nil {
+		return nil, err
+	}
+	cols := make([]arrow.Array, len(fields))
+	for i := range cols {
+		cols[i] = array.MakeFromData(retype(rec.Column(i).Data(), fields[i].Type))
+	}
+	out := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+	for _, c := range cols {
+		c.Release()
+	}
+	return out, nil
+}
+
+// retype returns d over the same buffers with type t, recursing into
+// children, for renaming nested fields to their physical names.
+func retype(d arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
+	var kids []arrow.ArrayData
+	switch t := t.(type) {
+	case *arrow.StructType:
+		for i, c := range d.Children() {
+			kids = append(kids, retype(c, t.Field(i).Type))
+		}
+	case *arrow.MapType:
+		kids = []arrow.ArrayData{retype(d.Children()[0], t.Elem())}
+	case *arrow.ListType:
+		kids = []arrow.ArrayData{retype(d.Children()[0], t.Elem())}
+	default:
+		kids = d.Children()
+	}
+	return array.NewData(t, d.Len(), d.Buffers(), kids, d.NullN(), d.Offset())
+}
+
+func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
+	defer rec.Release()
+	codec := compress.Codecs.Zstd
+	switch o.codec {
+	case Snappy:
+		codec = compress.Codecs.Snappy
+	case Uncompressed:
+		codec = compress.Codecs.Uncompressed
+	case Zstd:
+	default:
+		return nil, fmt.Errorf("unknown codec %q", o.codec)
+	}
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(codec),
+		// Decimals as INT32/INT64 up to precision 18, as the protocol maps them.
+		parquet.WithStoreDecimalAsInteger(true),
+		// Our own stats go to the log; Parquet page stats stay on for
+		// engines that prune row groups.
+		parquet.WithStats(true),
+		parquet.WithCreatedBy("cdcapply"),
+		parquet.WithMaxRowGroupLength(o.rowGroup),
+	)
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
+	if err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	if err := w.Write(rec); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	return buf.Bytes(), nil
+}
