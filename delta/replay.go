@@ -300,7 +300,10 @@ func (t *Table) replayCommits(ctx context.Context, l *logListing, st *replayStat
 	}
 	// The commit time: the in-commit timestamp when the table has them,
 	// else the commit file's (monotonic) modification time, else, for a
-	// version that only a checkpoint holds, the checkpoint's.
+	// version that only a checkpoint holds, the checkpoint's. A commit that
+	// should carry an in-commit timestamp and does not falls back to file
+	// times too: the time does not change what the snapshot holds, so it
+	// is no reason to refuse the table.
 	if ict, from := inCommitTimestamps(snap.Protocol, snap.Metadata); ict && target >= from {
 		if lastInfo == nil {
 			if _, ok := l.commits[target]; ok {
@@ -311,11 +314,12 @@ func (t *Table) replayCommits(ctx context.Context, l *logListing, st *replayStat
 				lastInfo = firstCommitInfo(actions)
 			}
 		}
-		if lastInfo == nil || lastInfo.InCommitTimestamp == nil {
-			return nil, fmt.Errorf("load version %d of table %s: in-commit timestamps are enabled but the commit has none", target, t.Location())
+		if lastInfo != nil && lastInfo.InCommitTimestamp != nil {
+			snap.Timestamp = *lastInfo.InCommitTimestamp
+			return snap, nil
 		}
-		snap.Timestamp = *lastInfo.InCommitTimestamp
-	} else if ts, ok := l.commitTime(target); ok {
+	}
+	if ts, ok := l.commitTime(target); ok {
 		snap.Timestamp = ts
 	} else if base != nil {
 		snap.Timestamp = base.modTime.UnixMilli()
