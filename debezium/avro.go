@@ -58,7 +58,9 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 		return &avroPlan{err: fmt.Errorf("top-level avro type is not a record")}
 	}
 	p := &avroPlan{root: root, roles: make([]avroRole, len(root.Fields))}
-	flat := d.cfg.envelope == EnvelopeFlattened
+	// Transaction metadata keeps its own shape under the flattening
+	// transform; its fields (status, id, event_count) are never columns.
+	flat := d.cfg.envelope == EnvelopeFlattened && root.Field("status") < 0
 	var cols []schema.Field
 	for i, f := range root.Fields {
 		if flat {

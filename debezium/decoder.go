@@ -54,6 +54,7 @@ type config struct {
 	keyColumns      []string
 	opts            schema.Options
 	tables          map[string]delta.StructType
+	rowTypes        map[string]*schema.Type
 	registry        Registry
 	heartbeatPrefix string
 	extra           []string // see extraName
@@ -148,6 +149,23 @@ func TableSchema(topic string, st delta.StructType) Option {
 	}
 }
 
+// RowType types the columns of schema-less JSON records on topic ("" for
+// every topic) by a compiled row type, for example the Connect schema of the
+// table's value (schema.ParseConnect) when its exact Debezium logical types
+// matter: millisecond versus microsecond timestamps, time of day, intervals.
+func RowType(topic string, t *schema.Type) Option {
+	return func(c *config) error {
+		if t == nil || t.Base != schema.BaseStruct {
+			return fmt.Errorf("row type for %q: not a struct", topic)
+		}
+		if c.rowTypes == nil {
+			c.rowTypes = map[string]*schema.Type{}
+		}
+		c.rowTypes[topic] = t
+		return nil
+	}
+}
+
 // SchemaRegistry resolves Avro schema ids.
 func SchemaRegistry(r Registry) Option {
 	return func(c *config) error { c.registry = r; return nil }
@@ -202,6 +220,9 @@ func New(opts ...Option) (*Decoder, error) {
 		if err != nil {
 			return nil, fmt.Errorf("new decoder: table schema for %q: %w", topic, err)
 		}
+		d.tableTypes[topic] = t
+	}
+	for topic, t := range d.cfg.rowTypes {
 		d.tableTypes[topic] = t
 	}
 	return d, nil

@@ -143,7 +143,7 @@ func (d *Decoder) tablePlans(topic string) *jsonPlan {
 // jsonBody reads the members of the envelope (or flattened row) whose '{'
 // has been consumed.
 func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection {
-	flat := d.cfg.envelope == EnvelopeFlattened
+	flat := d.cfg.envelope == EnvelopeFlattened && !isTransactionTopic(env.pos.Topic)
 	var row *schema.Type
 	var vals []schema.Value
 	if flat && plan != nil && plan.row != nil {
@@ -714,3 +714,9 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	}
 	return nil
 }
+
+// isTransactionTopic reports whether topic is Debezium's transaction
+// metadata topic (<topic.prefix>.transaction). ExtractNewRecordState passes
+// its records through unflattened, so they are read as envelopes whatever
+// the configured shape.
+func isTransactionTopic(topic string) bool { return strings.HasSuffix(topic, ".transaction") }

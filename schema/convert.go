@@ -151,6 +151,13 @@ func (t *Type) FromInt(v int64) (Value, error) {
 		}
 		switch t.Logical {
 		case LogicalTimestampMillis:
+			// Millisecond columns carry the same sentinel instants in ms.
+			switch v {
+			case pgInfinityEpoch / 1000:
+				return Int(MaxTimestampMicros), nil
+			case pgNegInfinityEpoch / 1000:
+				return Int(MinTimestampMicros), nil
+			}
 			if v > math.MaxInt64/1000 || v < math.MinInt64/1000 {
 				return Value{}, outOfRange(t, "%d ms", v)
 			}
@@ -228,6 +235,20 @@ func (t *Type) FromString(s string) (Value, error) {
 	case BaseString:
 	default:
 		switch t.Logical {
+		case LogicalNone:
+			if t.Base == BaseFloat32 || t.Base == BaseFloat64 {
+				// JSON has no NaN or infinity; Kafka Connect's JsonConverter
+				// writes them as these strings.
+				switch s {
+				case "NaN":
+					return Float(math.NaN()), nil
+				case "Infinity":
+					return Float(math.Inf(1)), nil
+				case "-Infinity":
+					return Float(math.Inf(-1)), nil
+				}
+			}
+			return Value{}, invalid(t, "got string %q", truncate(s))
 		case LogicalDecimal:
 		case LogicalTimestampMillis, LogicalMicroTimestamp, LogicalNanoTimestamp:
 			// Schema-less JSON typed from a Delta timestamp column cannot
