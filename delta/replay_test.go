@@ -326,17 +326,21 @@ func TestReplayLatestMetadataProtocol(t *testing.T) {
 // timestamp, as a table written live would have.
 func TestTimeTravel(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"time-travel-start-start20-start40", "time-travel-partition-changes-b",
-		"time-travel-schema-changes-b", "snapshot-vacuumed", "basic-with-inserts-deletes-checkpoint"} {
+	names := []string{"snapshot-vacuumed", "basic-with-inserts-deletes-checkpoint"}
+	tt, _ := filepath.Glob(filepath.Join(conformanceDir(t), "golden", "time-travel-*.tar.zst"))
+	for _, p := range tt {
+		names = append(names, strings.TrimSuffix(filepath.Base(p), ".tar.zst"))
+	}
+	if len(names) < 8 {
+		t.Fatalf("found only %v: the time-travel tables are missing", names)
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			root := goldenTable(t, name)
 			tbl := Open(storage.NewLocal(root))
 			latest, err := tbl.Snapshot(ctx)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if latest.Version < 1 {
-				t.Fatalf("table has one version only")
 			}
 			times := make([]int64, latest.Version+1)
 			for v := int64(0); v <= latest.Version; v++ {

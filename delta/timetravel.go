@@ -33,7 +33,10 @@ func (t *Table) VersionAsOf(ctx context.Context, ts time.Time) (int64, error) {
 }
 
 func (t *Table) versionAsOf(ctx context.Context, l *logListing, ms int64) (int64, error) {
-	latest, err := t.loadFrom(ctx, l, -1)
+	if l.empty() {
+		return 0, errorf(t, ErrNoTable, "find version as of %s: no commits or checkpoints under %s", msTime(ms), LogDir)
+	}
+	ict, from, err := t.latestInCommitTimestamps(ctx, l)
 	if err != nil {
 		return 0, err
 	}
@@ -61,7 +64,6 @@ func (t *Table) versionAsOf(ctx context.Context, l *logListing, ms int64) (int64
 			versions = append(versions, v)
 		}
 	}
-	ict, from := inCommitTimestamps(latest.Protocol, latest.Metadata)
 	var searchErr error
 	timeOf := func(v int64) int64 {
 		if ict && v >= from {
@@ -107,3 +109,26 @@ func (t *Table) versionAsOf(ctx context.Context, l *logListing, ms int64) (int64
 }
 
 func msTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }
+
+// latestInCommitTimestamps reports whether the latest version has in-commit
+// timestamps and from which version. While they are on, every commit must
+// carry one, so a latest commit without one settles it with a single read;
+// only otherwise is the latest snapshot loaded for its protocol and
+// metadata.
+func (t *Table) latestInCommitTimestamps(ctx context.Context, l *logListing) (bool, int64, error) {
+	if _, ok := l.commits[l.latest]; ok {
+		actions, err := t.readCommit(ctx, l.latest)
+		if err != nil {
+			return false, 0, err
+		}
+		if ci := firstCommitInfo(actions); ci == nil || ci.InCommitTimestamp == nil {
+			return false, 0, nil
+		}
+	}
+	latest, err := t.loadFrom(ctx, l, -1)
+	if err != nil {
+		return false, 0, err
+	}
+	ict, from := inCommitTimestamps(latest.Protocol, latest.Metadata)
+	return ict, from, nil
+}
