@@ -50,6 +50,8 @@ type ConflictError struct {
 	Detail string
 }
 
+// Error says which table, which rule, which winning version and what, and
+// that nothing was committed.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("commit to table %s (read version %d): %v at version %d: %s (not committed)",
 		e.Table, e.ReadVersion, e.Kind, e.WinningVersion, e.Detail)
