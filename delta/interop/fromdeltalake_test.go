@@ -20,9 +20,10 @@ type writtenByDeltalake struct {
 
 // TestDeltalakeTablesReadByUs has delta-rs write tables through creates,
 // appends, a delete, a merge, a predicate overwrite and a checkpoint, with
-// app transactions, and checks that our log replay sees exactly what
-// deltalake itself reads back: the version, the checkpoint replay starts
-// from, the live files and the txn versions.
+// app transactions, and checks that our log replay and data file reader
+// see exactly what deltalake itself reads back: the version, the
+// checkpoint replay starts from, the live files, the txn versions and
+// every row.
 func TestDeltalakeTablesReadByUs(t *testing.T) {
 	dir := t.TempDir()
 	var written writtenByDeltalake
@@ -69,6 +70,7 @@ func TestDeltalakeTablesReadByUs(t *testing.T) {
 			}
 
 			compareTxns(t, snap, want, appIDs)
+			compareDeltalakeRows(t, ctx, root, snap, want)
 		})
 	}
 }
