@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # connect.sh start|stop|status|register FILE|delete NAME|wait NAME: Kafka
 # Connect in distributed mode (one worker) with the Debezium PostgreSQL
-# connector and an Avro converter on its plugin path. REST on 127.0.0.1.
+# connector and an Avro converter that writes the Confluent wire format
+# (io.cdcapply.infra.converter.ConfluentWireAvroConverter, built from
+# infra/confluent-wire-converter) on its plugin path. REST on 127.0.0.1.
 #
 # `register FILE` takes {"name": ..., "config": {...}} (the body of
 # POST /connectors), creates or updates the connector idempotently with
@@ -26,11 +28,7 @@ connect_install() {
   # inside a plugin directory would only shadow them.
   copy_deps "$CDC_INFRA/debezium" "$PLUGINS/debezium-connector-postgres" \
     -Ddebezium.version="$DEBEZIUM_VERSION" -DexcludeGroupIds=org.apache.kafka,org.slf4j
-  copy_deps "$CDC_INFRA/apicurio-converter" "$PLUGINS/apicurio-converter" \
-    -Dapicurio.version="$APICURIO_VERSION" -DexcludeGroupIds=org.apache.kafka,org.slf4j
-  if [[ -f "$CDC_INFRA/confluent-wire-converter/pom.xml" ]]; then
-    build_wire_converter
-  fi
+  build_wire_converter
 }
 
 # build_wire_converter compiles scripts/infra/confluent-wire-converter (our
@@ -43,7 +41,7 @@ build_wire_converter() {
   local build="$CDC_CACHE/build/confluent-wire-converter"
   rm -rf "$build" "$out"; mkdir -p "$build" "$out"
   (cd "$src" && mvn_infra package -DskipTests -Dapicurio.version="$APICURIO_VERSION" \
-      -DbuildDirectory="$build" -Dproject.build.directory="$build") || die "build confluent-wire-converter"
+      -DbuildDirectory="$build") || die "build confluent-wire-converter"
   cp "$build"/*.jar "$out/"
   (cd "$src" && mvn_infra dependency:copy-dependencies -DoutputDirectory="$out" -DincludeScope=runtime \
       -Dapicurio.version="$APICURIO_VERSION" -DexcludeGroupIds=org.apache.kafka,org.slf4j) \

@@ -43,7 +43,7 @@ RUNS=("$@")
 stop_stack() {
   if [[ "${KEEP_STACK:-0}" == 1 ]]; then log "leaving the stack up under $CDC_STATE"; return; fi
   "$SCRIPTS/connect.sh" stop || true
-  "$SCRIPTS/registry.sh" stop 2>/dev/null || true
+  "$SCRIPTS/registry.sh" stop || true
   "$SCRIPTS/kafka.sh" stop || true
   "$SCRIPTS/postgres.sh" stop || true
 }
@@ -144,7 +144,7 @@ main() {
   trap stop_stack EXIT
   # A clean slate every time: fixtures must not carry records of older runs.
   "$SCRIPTS/connect.sh" stop || true
-  "$SCRIPTS/registry.sh" stop 2>/dev/null || true
+  "$SCRIPTS/registry.sh" wipe
   "$SCRIPTS/kafka.sh" wipe
   "$SCRIPTS/postgres.sh" stop
   "$SCRIPTS/postgres.sh" start
@@ -192,7 +192,7 @@ main() {
     local dir="$OUT/$run"
     rm -rf "$dir"
     local reg=()
-    if [[ "$run" == postgres-avro ]]; then reg=(-registry "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"); fi
+    if [[ "$run" == postgres-avro ]]; then reg=(-registry "http://127.0.0.1:$REGISTRY_PORT"); fi
     "$CDC_CACHE/bin/dump" -brokers "$KAFKA_BOOTSTRAP" -out "$dir" -exclude '^$' \
       -topics "^($p\\..*|__debezium-heartbeat\\.$p)\$" "${reg[@]}"
     write_manifest "$run" "$dir" "$postgis"
