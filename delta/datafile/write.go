@@ -1,7 +1,6 @@
 package datafile
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -9,9 +8,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/google/uuid"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -174,41 +170,4 @@ func retype(d arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
 		kids = d.Children()
 	}
 	return array.NewData(t, d.Len(), d.Buffers(), kids, d.NullN(), d.Offset())
-}
-
-func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
-	defer rec.Release()
-	codec := compress.Codecs.Zstd
-	switch o.codec {
-	case Snappy:
-		codec = compress.Codecs.Snappy
-	case Uncompressed:
-		codec = compress.Codecs.Uncompressed
-	case Zstd:
-	default:
-		return nil, fmt.Errorf("unknown codec %q", o.codec)
-	}
-	props := parquet.NewWriterProperties(
-		parquet.WithCompression(codec),
-		// Decimals as INT32/INT64 up to precision 18, as the protocol maps them.
-		parquet.WithStoreDecimalAsInteger(true),
-		// Our own stats go to the log; Parquet page stats stay on for
-		// engines that prune row groups.
-		parquet.WithStats(true),
-		parquet.WithCreatedBy("cdcapply"),
-		parquet.WithMaxRowGroupLength(o.rowGroup),
-	)
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
-	if err != nil {
-		return nil, fmt.Errorf("encode parquet: %w", err)
-	}
-	if err := w.Write(rec); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("encode parquet: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode parquet: %w", err)
-	}
-	return buf.Bytes(), nil
 }

@@ -1,0 +1,334 @@
+package datafile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	pq "github.com/parquet-go/parquet-go"
+	pqsnappy "github.com/parquet-go/parquet-go/compress/snappy"
+	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// benchRows is the size of one benchmark batch: a typical micro-batch.
+const benchRows = 100_000
+
+// benchLayout is the 10-column row of the benchmarks: a CDC-style table
+// with keys, strings, a timestamp, a decimal and a flag.
+func benchLayout() Layout {
+	return Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "id", Type: delta.Long},
+		{Name: "account", Type: delta.Integer, Nullable: true},
+		{Name: "seq", Type: delta.Long, Nullable: true},
+		{Name: "name", Type: delta.String, Nullable: true},
+		{Name: "city", Type: delta.String, Nullable: true},
+		{Name: "updated_at", Type: delta.Timestamp, Nullable: true},
+		{Name: "amount", Type: delta.DecimalType{Precision: 12, Scale: 2}, Nullable: true},
+		{Name: "deleted", Type: delta.Boolean, Nullable: true},
+		{Name: "score", Type: delta.Double, Nullable: true},
+		{Name: "note", Type: delta.String, Nullable: true},
+	}}, NumIndexedCols: 32}
+}
+
+var cities = []string{"Lisbon", "Osaka", "Quito", "Tromsø", "Accra", "Perth", "Lyon", "Austin"}
+
+func benchRecord(tb testing.TB, n int) arrow.RecordBatch {
+	sc, err := ArrowSchema(benchLayout().Schema)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for i := 0; i < n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(i) * 7919)
+		b.Field(1).(*array.Int32Builder).Append(int32(i % 5000))
+		b.Field(2).(*array.Int64Builder).Append(int64(i) + 1_000_000)
+		b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("customer-%07d", i))
+		b.Field(4).(*array.StringBuilder).Append(cities[i%len(cities)])
+		b.Field(5).(*array.TimestampBuilder).Append(arrow.Timestamp(base + int64(i)*1234))
+		b.Field(6).(*array.Decimal128Builder).Append(decimal128.FromI64(int64(i%100000) * 37))
+		b.Field(7).(*array.BooleanBuilder).Append(i%17 == 0)
+		b.Field(8).(*array.Float64Builder).Append(float64(i) / 7)
+		if i%4 == 0 {
+			b.Field(9).AppendNull()
+		} else {
+			b.Field(9).(*array.StringBuilder).Append("note " + cities[(i/3)%len(cities)])
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+// discard is storage that keeps nothing, so write benchmarks measure
+// encoding and stats, not the disk.
+type discard struct{ storage.Storage }
+
+func (discard) WriteIfAbsent(context.Context, string, []byte) error { return nil }
+
+// BenchmarkWrite measures Write (Parquet encoding with pqarrow, zstd, plus
+// stats) in rows per second.
+func BenchmarkWrite(b *testing.B) {
+	for _, codec := range []Codec{Zstd, Snappy} {
+		b.Run(string(codec), func(b *testing.B) {
+			rec := benchRecord(b, benchRows)
+			defer rec.Release()
+			l := benchLayout()
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := Write(ctx, discard{}, l, rec, nil, Compression(codec)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+// BenchmarkWriteParquetGo encodes the same record with parquet-go (its
+// row API and its column-buffer API) and no stats: the comparison that
+// decided which library writes our files (see design-notes).
+func BenchmarkWriteParquetGo(b *testing.B) {
+	rec := benchRecord(b, benchRows)
+	defer rec.Release()
+	for _, codec := range []Codec{Zstd, Snappy} {
+		for _, mode := range []string{"rows", "columns"} {
+			b.Run(string(codec)+"/"+mode, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if _, err := encodeParquetGo(rec, codec, mode == "columns"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+			})
+		}
+	}
+	for _, codec := range []Codec{Zstd, Snappy} {
+		b.Run("pqarrow/"+string(codec), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				rec.Retain()
+				if _, err := encodePqarrow(rec, writeOptions{codec: codec, rowGroup: 1 << 20}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+		b.Run("datafile/"+string(codec), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				rec.Retain()
+				if _, err := encodeParquet(rec, writeOptions{codec: codec, rowGroup: 1 << 20}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+// BenchmarkRead measures Read of one 100k-row file in rows per second.
+func BenchmarkRead(b *testing.B) {
+	rec := benchRecord(b, benchRows)
+	defer rec.Release()
+	st := storage.NewLocal(b.TempDir())
+	l := benchLayout()
+	ctx := context.Background()
+	add, err := Write(ctx, st, l, rec, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		out, err := Read(ctx, st, l, add)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out.NumRows() != benchRows {
+			b.Fatalf("read %d rows", out.NumRows())
+		}
+		out.Release()
+	}
+	b.ReportMetric(float64(benchRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// encodeParquetGo writes rec (the bench layout, flat columns only) with
+// parquet-go, converting Arrow values to parquet.Value one by one, which
+// is what its API takes for a schema known only at run time.
+func encodeParquetGo(rec arrow.RecordBatch, codec Codec, columnar bool) ([]byte, error) {
+	group := pq.Group{}
+	for i, f := range rec.Schema().Fields() {
+		var n pq.Node
+		switch f.Type.ID() {
+		case arrow.INT64:
+			n = pq.Leaf(pq.Int64Type)
+		case arrow.INT32:
+			n = pq.Leaf(pq.Int32Type)
+		case arrow.STRING:
+			n = pq.String()
+		case arrow.TIMESTAMP:
+			n = pq.TimestampAdjusted(pq.Microsecond, true)
+		case arrow.DECIMAL128:
+			dt := f.Type.(*arrow.Decimal128Type)
+			n = pq.Decimal(int(dt.Scale), int(dt.Precision), pq.Int64Type)
+		case arrow.BOOL:
+			n = pq.Leaf(pq.BooleanType)
+		case arrow.FLOAT64:
+			n = pq.Leaf(pq.DoubleType)
+		default:
+			return nil, fmt.Errorf("column %d: %s not in the benchmark", i, f.Type)
+		}
+		group[f.Name] = pq.Optional(n)
+	}
+	sc := pq.NewSchema("delta", group)
+	leaf := make([]int, rec.NumCols())
+	for i, f := range rec.Schema().Fields() {
+		lc, _ := sc.Lookup(f.Name)
+		leaf[i] = lc.ColumnIndex
+	}
+	value := func(c, i int) pq.Value {
+		col := rec.Column(c)
+		if col.IsNull(i) {
+			return pq.Value{}.Level(0, 0, leaf[c])
+		}
+		var v pq.Value
+		switch a := col.(type) {
+		case *array.Int64:
+			v = pq.Int64Value(a.Value(i))
+		case *array.Int32:
+			v = pq.Int32Value(a.Value(i))
+		case *array.String:
+			v = pq.ByteArrayValue([]byte(a.Value(i)))
+		case *array.Timestamp:
+			v = pq.Int64Value(int64(a.Value(i)))
+		case *array.Decimal128:
+			v = pq.Int64Value(int64(a.Value(i).LowBits()))
+		case *array.Boolean:
+			v = pq.BooleanValue(a.Value(i))
+		case *array.Float64:
+			v = pq.DoubleValue(a.Value(i))
+		}
+		return v.Level(0, 1, leaf[c])
+	}
+	var cc pq.WriterOption = pq.Compression(&pqzstd.Codec{})
+	if codec == Snappy {
+		cc = pq.Compression(&pqsnappy.Codec{})
+	}
+	var out bytes.Buffer
+	w := pq.NewWriter(&out, sc, cc)
+	n := int(rec.NumRows())
+	if columnar {
+		buf := pq.NewBuffer(sc)
+		cols := buf.ColumnBuffers()
+		vals := make([]pq.Value, n)
+		for c := 0; c < int(rec.NumCols()); c++ {
+			for i := 0; i < n; i++ {
+				vals[i] = value(c, i)
+			}
+			if _, err := cols[leaf[c]].WriteValues(vals); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := w.WriteRowGroup(buf); err != nil {
+			return nil, err
+		}
+	} else {
+		const chunk = 1024
+		rows := make([]pq.Row, 0, chunk)
+		for start := 0; start < n; start += chunk {
+			rows = rows[:0]
+			for i := start; i < min(n, start+chunk); i++ {
+				row := make(pq.Row, rec.NumCols())
+				for c := range row {
+					row[leaf[c]] = value(c, i)
+				}
+				rows = append(rows, row)
+			}
+			if _, err := w.WriteRows(rows); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// TestParquetGoEncoderIsFair checks the benchmark's parquet-go encoder
+// writes the same rows as Write, so the comparison is of equal work.
+func TestParquetGoEncoderIsFair(t *testing.T) {
+	rec := benchRecord(t, 1000)
+	defer rec.Release()
+	l := benchLayout()
+	for _, columnar := range []bool{false, true} {
+		data, err := encodeParquetGo(rec, Zstd, columnar)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := ReadParquet(context.Background(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Conform(raw, nil)
+		raw.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < int(rec.NumCols()); i++ {
+			if !array.Equal(got.Column(i), rec.Column(i)) {
+				t.Errorf("columnar=%v: column %s differs", columnar, rec.ColumnName(i))
+			}
+		}
+		got.Release()
+	}
+}
+
+// encodePqarrow is the pqarrow writer Write used before the comparison
+// below; it stays here as the other side of BenchmarkWriteParquetGo.
+func encodePqarrow(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
+	defer rec.Release()
+	codec := compress.Codecs.Zstd
+	switch o.codec {
+	case Snappy:
+		codec = compress.Codecs.Snappy
+	case Uncompressed:
+		codec = compress.Codecs.Uncompressed
+	case Zstd:
+	default:
+		return nil, fmt.Errorf("unknown codec %q", o.codec)
+	}
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(codec),
+		// Decimals as INT32/INT64 up to precision 18, as the protocol maps them.
+		parquet.WithStoreDecimalAsInteger(true),
+		// Our own stats go to the log; Parquet page stats stay on for
+		// engines that prune row groups.
+		parquet.WithStats(true),
+		parquet.WithCreatedBy("cdcapply"),
+		parquet.WithMaxRowGroupLength(o.rowGroup),
+	)
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
+	if err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	if err := w.Write(rec); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	return buf.Bytes(), nil
+}
