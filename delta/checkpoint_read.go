@@ -3,6 +3,7 @@ package delta
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -133,11 +135,41 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string) ([]Actio
 // stats_parsed/partitionValues_parsed structs). Columns are found by name
 // and levels decoded by hand, so unknown columns are never read and missing
 // optional ones are simply left at their zero value.
-func ckptDecodeParquet(data []byte) ([]Action, error) {
+func ckptDecodeParquet(data []byte) (acts []Action, err error) {
+	// parquet-go panics on some corrupt inputs. A checkpoint is input we
+	// did not write; a bad one must be an error replay can fall back from,
+	// not a crash of the process.
+	defer func() {
+		if r := recover(); r != nil {
+			acts, err = nil, fmt.Errorf("decode parquet: corrupt file: %v", r)
+		}
+	}()
+	// parquet-go allocates the footer length the file claims before
+	// checking it against the file's size.
+	if len(data) < 12 || int64(binary.LittleEndian.Uint32(data[len(data)-8:])) > int64(len(data)-12) {
+		return nil, fmt.Errorf("open parquet: not a parquet file or footer length out of range")
+	}
 	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)),
 		parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("open parquet: %w", err)
+	}
+	// Every checkpoint row holds one action with a unique string (a path or
+	// an appId), so no real file has more rows than a few per byte; a
+	// footer claiming more is corrupt and must not size our allocations.
+	if n := f.NumRows(); n < 0 || n > 8*int64(len(data)) {
+		return nil, fmt.Errorf("open parquet: footer claims %d rows in %d bytes", n, len(data))
+	}
+	for _, rg := range f.Metadata().RowGroups {
+		for _, cc := range rg.Columns {
+			// parquet-go's LZ4_RAW decoder grows its buffer without bound
+			// on a corrupt block; no Delta writer we know uses LZ4 for
+			// checkpoints, so refuse it rather than risk a hang.
+			if cc.MetaData.Codec == format.Lz4Raw || cc.MetaData.Codec == format.Lz4 {
+				return nil, fmt.Errorf("open parquet: column %s: %s compression is not supported in checkpoints",
+					strings.Join(cc.MetaData.PathInSchema, "."), cc.MetaData.Codec)
+			}
+		}
 	}
 	d := &ckptDecoder{
 		root:       f.Root(),
