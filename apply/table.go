@@ -41,7 +41,8 @@ type TableApplier struct {
 	name     string
 	pipeline string
 	table    *delta.Table
-	rf       RowFiles
+	newFiles func(*Layout) (RowFiles, error)
+	rf       RowFiles // for the current layout
 	keyNames []string
 	clock    func() time.Time
 
@@ -50,12 +51,14 @@ type TableApplier struct {
 	index  *KeyIndex
 }
 
-// NewTableApplier opens the applier of a table; Open must be called before use.
-func NewTableApplier(name, pipeline string, table *delta.Table, rf RowFiles, keyNames []string, clock func() time.Time) *TableApplier {
+// NewTableApplier opens the applier of a table; Open must be called before
+// use. newFiles gives the data file access for a layout (it changes when
+// the table is created or its schema evolves).
+func NewTableApplier(name, pipeline string, table *delta.Table, newFiles func(*Layout) (RowFiles, error), keyNames []string, clock func() time.Time) *TableApplier {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &TableApplier{name: name, pipeline: pipeline, table: table, rf: rf, keyNames: keyNames, clock: clock}
+	return &TableApplier{name: name, pipeline: pipeline, table: table, newFiles: newFiles, keyNames: keyNames, clock: clock}
 }
 
 // Open loads the table's latest snapshot and builds the key index. A
@@ -63,7 +66,7 @@ func NewTableApplier(name, pipeline string, table *delta.Table, rf RowFiles, key
 func (a *TableApplier) Open(ctx context.Context) error {
 	snap, err := a.table.Snapshot(ctx)
 	if errors.Is(err, delta.ErrNoTable) {
-		a.snap, a.layout, a.index = nil, nil, nil
+		a.snap, a.layout, a.index, a.rf = nil, nil, nil, nil
 		return nil
 	}
 	if err != nil {
@@ -73,11 +76,15 @@ func (a *TableApplier) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open table %s at %s: %w", a.name, a.table.Location(), err)
 	}
-	ix, err := BuildKeyIndex(ctx, layout, snap, a.rf)
+	rf, err := a.newFiles(layout)
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
-	a.snap, a.layout, a.index = snap, layout, ix
+	ix, err := BuildKeyIndex(ctx, layout, snap, rf)
+	if err != nil {
+		return fmt.Errorf("open table %s: %w", a.name, err)
+	}
+	a.snap, a.layout, a.index, a.rf = snap, layout, ix, rf
 	return nil
 }
 
@@ -98,8 +105,11 @@ func (a *TableApplier) SetLayout(l *Layout) error {
 	if a.snap != nil {
 		return fmt.Errorf("set layout of table %s: the table exists", a.name)
 	}
-	a.layout = l
-	a.index = NewKeyIndex(l)
+	rf, err := a.newFiles(l)
+	if err != nil {
+		return fmt.Errorf("set layout of table %s: %w", a.name, err)
+	}
+	a.layout, a.index, a.rf = l, NewKeyIndex(l), rf
 	return nil
 }
 

@@ -29,6 +29,8 @@ func newMemRowFiles(store storage.Storage) *memRowFiles {
 	return &memRowFiles{store: store, files: map[string][]Row{}}
 }
 
+func (m *memRowFiles) factory(*Layout) (RowFiles, error) { return m, nil }
+
 func (m *memRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -85,7 +87,7 @@ func rng(from, next int64) map[checkpoint.TopicPartition]checkpoint.Range {
 // "id seq status deleted" per key, sorted.
 func tableRows(t *testing.T, store storage.Storage, rf RowFiles) []string {
 	t.Helper()
-	a := NewTableApplier("orders", "p", delta.Open(store), rf, []string{"id"}, nil)
+	a := NewTableApplier("orders", "p", delta.Open(store), func(*Layout) (RowFiles, error) { return rf, nil }, []string{"id"}, nil)
 	if err := a.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func TestApplierReferenceCase(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
 	rf := newMemRowFiles(store)
-	a := NewTableApplier("orders", "p", delta.Open(store), rf, []string{"id"}, func() time.Time { return time.UnixMilli(1_800_000_000_000) })
+	a := NewTableApplier("orders", "p", delta.Open(store), rf.factory, []string{"id"}, func() time.Time { return time.UnixMilli(1_800_000_000_000) })
 	if err := a.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +177,7 @@ func TestApplierFenced(t *testing.T) {
 	store := storage.NewLocal(t.TempDir())
 	rf := newMemRowFiles(store)
 	open := func() *TableApplier {
-		a := NewTableApplier("orders", "p", delta.Open(store), rf, []string{"id"}, nil)
+		a := NewTableApplier("orders", "p", delta.Open(store), rf.factory, []string{"id"}, nil)
 		if err := a.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
