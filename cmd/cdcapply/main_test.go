@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// TestDemo runs the demo twice in one folder (the second run must start
+// over, not append) and checks the table it leaves against the figures it
+// printed.
+func TestDemo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	for i := 0; i < 2; i++ {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"demo", "-dir", dir}, &out, &errOut); err != nil {
+			t.Fatalf("run %d: %v\nstdout:\n%s\nstderr:\n%s", i, err, out.String(), errOut.String())
+		}
+		for _, want := range []string{"comes with the apply engine", "version      14", "checkpoint   10", "check: rows"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("run %d: output lacks %q:\n%s", i, want, out.String())
+			}
+		}
+	}
+	snap, err := delta.Open(storage.NewLocal(filepath.Join(dir, "customers"))).Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("open demo table: %v", err)
+	}
+	if snap.Version != demoBatches {
+		t.Errorf("version %d, want %d: a re-run must start the table over", snap.Version, demoBatches)
+	}
+	pos := checkpoint.Restore(snap, demoPipeline)
+	if len(pos) != demoParts {
+		t.Errorf("positions for %d partitions, want %d", len(pos), demoParts)
+	}
+}
+
+// TestDemoKeepsForeignFolder checks that the demo refuses to wipe a folder
+// it did not create.
+func TestDemoKeepsForeignFolder(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "precious.txt")
+	if err := os.WriteFile(keep, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"demo", "-dir", dir}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "not made by the demo") {
+		t.Fatalf("demo in a foreign folder: err = %v", err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("foreign file gone: %v", err)
+	}
+}
+
+func TestUnknownSubcommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"frobnicate"}, &out, &errOut)
+	if !errors.Is(err, errUsage) {
+		t.Fatalf("err = %v, want errUsage", err)
+	}
+	if !strings.Contains(errOut.String(), "unknown subcommand") || !strings.Contains(errOut.String(), "demo") {
+		t.Errorf("usage not printed:\n%s", errOut.String())
+	}
+	if err := run(context.Background(), nil, &out, &errOut); !errors.Is(err, errUsage) {
+		t.Fatalf("no args: err = %v, want errUsage", err)
+	}
+}
