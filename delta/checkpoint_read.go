@@ -28,8 +28,11 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 		return nil, err
 	}
 	var out []Action
+	// rebuilt collects the adds whose stats came from stats_parsed: their
+	// timestamps are formatted after the table schema is known.
+	var rebuilt []*Add
 	for _, p := range paths {
-		acts, err := ckptReadFile(ctx, store, p)
+		acts, err := ckptReadFile(ctx, store, p, &rebuilt)
 		if err != nil {
 			return nil, err
 		}
@@ -52,7 +55,7 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
-		acts, err := ckptReadFile(ctx, store, sp)
+		acts, err := ckptReadFile(ctx, store, sp, &rebuilt)
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
@@ -64,6 +67,16 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 			}
 		}
 		out = append(out, acts...)
+	}
+	if len(rebuilt) > 0 {
+		for _, a := range out {
+			if a.Metadata != nil {
+				if err := statsFixTimestamps(rebuilt, a.Metadata); err != nil {
+					return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
+				}
+				break
+			}
+		}
 	}
 	return out, nil
 }
@@ -106,8 +119,9 @@ func ckptCheckFiles(version int64, paths []string) error {
 }
 
 // ckptReadFile reads one checkpoint or sidecar file, JSON or Parquet by its
-// extension.
-func ckptReadFile(ctx context.Context, store storage.Storage, p string) ([]Action, error) {
+// extension. Adds whose stats were rebuilt from stats_parsed are appended
+// to rebuilt when it is not nil.
+func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add) ([]Action, error) {
 	data, err := store.Read(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file: %w", err)
@@ -119,7 +133,7 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string) ([]Actio
 		}
 		return acts, nil
 	}
-	acts, err := ckptDecodeParquet(data)
+	acts, err := ckptDecodeParquet(data, rebuilt)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
 	}
@@ -135,7 +149,10 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string) ([]Actio
 // stats_parsed/partitionValues_parsed structs). Columns are found by name
 // and levels decoded by hand, so unknown columns are never read and missing
 // optional ones are simply left at their zero value.
-func ckptDecodeParquet(data []byte) (acts []Action, err error) {
+//
+// Adds whose stats were rebuilt from stats_parsed are appended to rebuilt
+// when it is not nil.
+func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) {
 	// parquet-go panics on some corrupt inputs. A checkpoint is input we
 	// did not write; a bad one must be an error replay can fall back from,
 	// not a crash of the process.
@@ -190,6 +207,9 @@ func ckptDecodeParquet(data []byte) (acts []Action, err error) {
 	if d.err != nil {
 		return nil, d.err
 	}
+	if rebuilt != nil {
+		*rebuilt = append(*rebuilt, d.rebuilt...)
+	}
 	out := make([]Action, 0, d.nrows)
 	for _, r := range rows {
 		// A row sets one action; split a row that sets several so each
@@ -219,7 +239,9 @@ type ckptDecoder struct {
 	// types) instead of allocating them per row.
 	intern     map[string]string
 	internPtrs map[string]*string
-	err        error
+	// rebuilt are the adds whose stats came from stats_parsed.
+	rebuilt []*Add
+	err     error
 }
 
 func (d *ckptDecoder) fail(col *parquet.Column, format string, args ...any) {
@@ -662,6 +684,19 @@ func (d *ckptDecoder) decodeAdd(rows []Action) {
 	d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { adds[i].ModificationTime = n })
 	d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { adds[i].DataChange = b })
 	d.str(pqChild(col, "stats"), idx, func(i int32, s string) { adds[i].Stats = s })
+	if sp := pqChild(col, "stats_parsed"); sp != nil && d.err == nil {
+		for i := range adds {
+			if adds[i].Stats == "" {
+				d.statsParsed(sp, idx, func(i int32, s string) {
+					if adds[i].Stats == "" {
+						adds[i].Stats = s
+						d.rebuilt = append(d.rebuilt, &adds[i])
+					}
+				})
+				break
+			}
+		}
+	}
 	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { adds[i].Tags = m })
 	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { adds[i].DeletionVector = dv })
 	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { adds[i].BaseRowID = &n })

@@ -207,7 +207,7 @@ func cleanupSidecars(ctx context.Context, store storage.Storage, l *cleanupListi
 		if f.ckpt == nil || f.version < cutCkpt || f.ckpt.parts != 0 {
 			continue
 		}
-		acts, err := ckptReadFile(ctx, store, f.info.Path)
+		acts, err := ckptReadFile(ctx, store, f.info.Path, nil)
 		if err != nil {
 			return err
 		}
