@@ -485,9 +485,9 @@ func TestWriteCheckpointAllFields(t *testing.T) {
 	)
 	ckptCommit(t, store, 1,
 		Action{Add: &Add{Path: "a.parquet", PartitionValues: map[string]*string{}, Size: 10, ModificationTime: ms, DataChange: true,
-			Tags: map[string]string{"INSERTION_TIME": "1", "empty": ""},
+			Tags:           map[string]string{"INSERTION_TIME": "1", "empty": ""},
 			DeletionVector: &DeletionVector{StorageType: "u", PathOrInlineDv: "ab^-aqEH.-t@S}K{vb[*k^", Offset: &off, SizeInBytes: 36, Cardinality: 2, MaxRowIndex: &maxRow},
-			BaseRowID: &base, DefaultRowCommitVersion: &drcv, ClusteringProvider: "liquid"}},
+			BaseRowID:      &base, DefaultRowCommitVersion: &drcv, ClusteringProvider: "liquid"}},
 		Action{Add: &Add{Path: "b.parquet", PartitionValues: map[string]*string{}, Size: 11, ModificationTime: ms, DataChange: true,
 			DeletionVector: &DeletionVector{StorageType: "i", PathOrInlineDv: "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L", SizeInBytes: 40, Cardinality: 6}}},
 		Action{Add: &Add{Path: "c.parquet", PartitionValues: map[string]*string{}, Size: 12, ModificationTime: ms, DataChange: true}},
