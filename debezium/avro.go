@@ -47,6 +47,7 @@ type avroPlan struct {
 	before, after *schema.Type
 	row           *schema.Type // flattened row type
 	srcRoles      []avroRole   // per source record field: roleMetaSrc/roleMetaExtra/roleSkip
+	tables        tableCache
 }
 
 func (d *Decoder) compileAvro(text string) *avroPlan {
@@ -179,6 +180,7 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 		return rej
 	}
 	r := avroReader{b: body}
+	env.tables = &p.tables
 	var vals []schema.Value
 	if p.row != nil {
 		vals = make([]schema.Value, len(p.row.Fields))

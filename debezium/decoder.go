@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
@@ -182,7 +183,8 @@ func HeartbeatTopicPrefix(p string) Option {
 type Decoder struct {
 	cfg config
 
-	tableTypes map[string]*schema.Type // from TableSchema, compiled once
+	tableTypes map[string]*schema.Type // from TableSchema and RowType, compiled once
+	tablePlan  map[string]*jsonPlan    // the same as plans for schema-less JSON
 
 	mu          sync.Mutex
 	plans       map[string]*jsonPlan // inline schema text -> plan
@@ -225,14 +227,11 @@ func New(opts ...Option) (*Decoder, error) {
 	for topic, t := range d.cfg.rowTypes {
 		d.tableTypes[topic] = t
 	}
-	return d, nil
-}
-
-func (d *Decoder) tableType(topic string) *schema.Type {
-	if t, ok := d.tableTypes[topic]; ok {
-		return t
+	d.tablePlan = make(map[string]*jsonPlan, len(d.tableTypes))
+	for topic, t := range d.tableTypes {
+		d.tablePlan[topic] = tablePlan(t)
 	}
-	return d.tableTypes[""]
+	return d, nil
 }
 
 // Decode turns one record into a Change, or returns a *Rejection naming the
@@ -264,8 +263,29 @@ func (d *Decoder) Decode(ctx context.Context, rec *Record) (Change, error) {
 // metadata field): absent, null, integer or text.
 type srcVal struct {
 	kind uint8
+	esc  bool // s is JSON string text still holding escapes
 	i    int64
 	s    []byte
+}
+
+// text returns the string value, unescaping JSON text when needed (rare:
+// source fields are plain names and numbers, except source.sequence).
+func (v srcVal) text() []byte {
+	if !v.esc {
+		return v.s
+	}
+	out, err := unescapeInto(nil, v.s)
+	if err != nil {
+		return v.s
+	}
+	return out
+}
+
+func (v srcVal) str() string {
+	if v.kind != svString {
+		return ""
+	}
+	return string(v.text())
 }
 
 const (
@@ -344,10 +364,53 @@ func srcID(name []byte) int {
 	return -1
 }
 
+// tableCache remembers the last table identity decoded with one schema:
+// every record of a topic names the same table, so the strings are built
+// once instead of per record.
+type tableCache struct {
+	last atomic.Pointer[Table]
+}
+
+func (c *tableCache) intern(db, sch, tbl srcVal) Table {
+	if c != nil {
+		if p := c.last.Load(); p != nil && string(db.text()) == p.Database && string(sch.text()) == p.Schema && string(tbl.text()) == p.Table {
+			return *p
+		}
+	}
+	t := Table{Database: db.str(), Schema: sch.str(), Table: tbl.str()}
+	if c != nil {
+		c.last.Store(&t)
+	}
+	return t
+}
+
+// internSnapshot returns source.snapshot without allocating for the values
+// Debezium uses.
+func internSnapshot(v srcVal) string {
+	switch string(v.s) {
+	case "true":
+		return "true"
+	case "false":
+		return "false"
+	case "last":
+		return "last"
+	case "first":
+		return "first"
+	case "first_in_data_collection":
+		return "first_in_data_collection"
+	case "last_in_data_collection":
+		return "last_in_data_collection"
+	case "incremental":
+		return "incremental"
+	}
+	return v.str()
+}
+
 // envelope is what a value decoder extracts before the common rules
 // (classification, key, sequence) run.
 type envelope struct {
 	pos           Position
+	tables        *tableCache // of the schema the record was decoded with
 	class         Class
 	classified    bool
 	op            []byte
@@ -418,15 +481,16 @@ func (d *Decoder) finish(ctx context.Context, rec *Record, env *envelope) (Chang
 			return Change{}, reject(env.pos, ReasonMissingImage, nil, "op %s without an after image", ch.Op)
 		}
 	}
-	ch.Table = Table{Database: string(env.src[srcDB].s), Schema: string(env.src[srcSchema].s), Table: string(env.src[srcTable].s)}
-	if ch.Table.Table == "" {
-		ch.Table.Table = string(env.src[srcCollection].s)
+	tbl := env.src[srcTable]
+	if tbl.kind != svString {
+		tbl = env.src[srcCollection]
 	}
+	ch.Table = env.tables.intern(env.src[srcDB], env.src[srcSchema], tbl)
 	if v := env.src[srcTsMs]; v.kind == svInt {
 		ch.SourceTsMs = v.i
 	}
 	if v := env.src[srcSnapshot]; v.kind == svString {
-		ch.Snapshot = string(v.s)
+		ch.Snapshot = internSnapshot(v)
 	}
 	seq, rej := d.sequence(env, &ch)
 	if rej != nil {

@@ -16,6 +16,7 @@ type jsonPlan struct {
 	err           error        // why env could not be compiled
 	before, after *schema.Type // envelope row types
 	row           *schema.Type // flattened row type (no __ fields)
+	tables        tableCache
 }
 
 func newJSONPlan(text []byte, env *schema.Type, err error, opts *schema.Options) *jsonPlan {
@@ -133,17 +134,19 @@ func (d *Decoder) jsonValue(rec *Record, env *envelope) *Rejection {
 }
 
 func (d *Decoder) tablePlans(topic string) *jsonPlan {
-	rt := d.tableType(topic)
-	if rt == nil {
-		return nil
+	if p, ok := d.tablePlan[topic]; ok {
+		return p
 	}
-	return tablePlan(rt)
+	return d.tablePlan[""]
 }
 
 // jsonBody reads the members of the envelope (or flattened row) whose '{'
 // has been consumed.
 func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection {
 	flat := d.cfg.envelope == EnvelopeFlattened && !isTransactionTopic(env.pos.Topic)
+	if plan != nil {
+		env.tables = &plan.tables
+	}
 	var row *schema.Type
 	var vals []schema.Value
 	if flat && plan != nil && plan.row != nil {
@@ -395,14 +398,7 @@ func jsonScalar(s *scanner) srcVal {
 		return srcVal{kind: svNull}
 	case c == '"':
 		raw, esc := s.rawString()
-		if esc {
-			str, err := unescape(raw)
-			if err != nil {
-				s.fail("%v", err)
-			}
-			raw = []byte(str)
-		}
-		return srcVal{kind: svString, s: raw}
+		return srcVal{kind: svString, s: raw, esc: esc}
 	case c == 't' || c == 'f':
 		// Old connectors send snapshot as a boolean.
 		if s.boolean() {
@@ -474,23 +470,11 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 		}
 		return schema.Value{}, s.err
 	case c == '"':
-		if t.Base == schema.BaseBytes && t.Name == "" || t.Base == schema.BaseBytes && t.Logical == schema.LogicalDecimal || t.Logical == schema.LogicalBits {
-			// base64 straight from the input bytes: no string on the way.
-			raw, esc := s.rawString()
-			if s.err != nil {
-				return schema.Value{}, s.err
-			}
-			if !esc {
-				buf := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
-				n, err := base64.StdEncoding.Decode(buf, raw)
-				if err == nil {
-					return t.FromOwnedBytes(buf[:n])
-				}
-				if string(raw) == schema.Placeholder {
-					return schema.Unavailable, nil
-				}
-				return schema.Value{}, schema.InvalidBase64(t, err)
-			}
+		raw, esc := s.rawString()
+		if s.err != nil {
+			return schema.Value{}, s.err
+		}
+		if esc {
 			str, err := unescape(raw)
 			if err != nil {
 				s.fail("%v", err)
@@ -498,11 +482,28 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 			}
 			return t.FromString(str)
 		}
-		str := s.str()
-		if s.err != nil {
-			return schema.Value{}, s.err
+		if t.Base == schema.BaseBytes && t.Name == "" || t.Logical == schema.LogicalBits {
+			// base64 straight from the input bytes: no string on the way.
+			buf := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
+			n, err := base64.StdEncoding.Decode(buf, raw)
+			if err == nil {
+				return t.FromOwnedBytes(buf[:n])
+			}
+			if string(raw) == schema.Placeholder {
+				return schema.Unavailable, nil
+			}
+			return schema.Value{}, schema.InvalidBase64(t, err)
 		}
-		return t.FromString(str)
+		if t.Base == schema.BaseBytes && t.Logical == schema.LogicalDecimal && len(raw) <= 64 {
+			// A decimal's unscaled bytes only live until they are read.
+			var buf [48]byte
+			n, err := base64.StdEncoding.Decode(buf[:], raw)
+			if err == nil {
+				return t.DecimalFromUnscaled(buf[:n])
+			}
+			return t.FromStringBytes(raw)
+		}
+		return t.FromStringBytes(raw)
 	case c == 't' || c == 'f':
 		b := s.boolean()
 		if s.err != nil {
@@ -572,7 +573,9 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 		s.i++
 		switch t.Base {
 		case schema.BaseArray:
-			var elems []schema.Value
+			// Collect on the stack, then allocate the exact size once.
+			var scratch [8]schema.Value
+			elems := scratch[:0]
 			for first := true; s.element(first); first = false {
 				v, err := jsonVal(s, t.Elem, depth+1)
 				if err != nil {
@@ -583,7 +586,12 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 			if s.err != nil {
 				return schema.Value{}, s.err
 			}
-			return t.FinishList(elems), nil
+			var out []schema.Value
+			if len(elems) > 0 {
+				out = make([]schema.Value, len(elems))
+				copy(out, elems)
+			}
+			return t.FinishList(out), nil
 		case schema.BaseMap:
 			// Maps with non-string keys travel as [[k, v], ...].
 			var pairs []schema.Value
@@ -682,6 +690,9 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	if kt == nil {
 		return reject(pos, ReasonNoTableSchema, nil, "no schema to type the key")
 	}
+	var vals [8]schema.Value
+	var idxs [8]int
+	n := 0
 	for first := true; ; first = false {
 		k, esc, ok := s.member(first)
 		if !ok {
@@ -706,11 +717,40 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 			}
 			return r
 		}
-		key.Names = append(key.Names, kt.Fields[idx].Name)
-		key.Values = append(key.Values, v)
+		if n < len(vals) {
+			vals[n], idxs[n] = v, idx
+		} else {
+			if n == len(vals) {
+				key.Values = append(key.Values, vals[:]...)
+				for _, i := range idxs {
+					key.Names = append(key.Names, kt.Fields[i].Name)
+				}
+			}
+			key.Values = append(key.Values, v)
+			key.Names = append(key.Names, kt.Fields[idx].Name)
+		}
+		n++
 	}
 	if s.err != nil {
 		return reject(pos, ReasonMalformedKey, s.err, "key")
+	}
+	if n > len(vals) {
+		return nil
+	}
+	key.Values = make([]schema.Value, n)
+	copy(key.Values, vals[:n])
+	// The key schema's own field order: share its name slice.
+	whole := n == len(kt.Fields)
+	for i := 0; i < n && whole; i++ {
+		whole = idxs[i] == i
+	}
+	if whole {
+		key.Names = kt.FieldNames()
+		return nil
+	}
+	key.Names = make([]string, n)
+	for i := range n {
+		key.Names[i] = kt.Fields[idxs[i]].Name
 	}
 	return nil
 }

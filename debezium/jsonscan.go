@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // scanner is a byte-level JSON reader that walks a document once without
@@ -120,6 +121,15 @@ func (s *scanner) element(first bool) bool {
 	return true
 }
 
+// plainByte marks the bytes a string body can hold without a closer look:
+// not the quote, not the backslash, not a control character.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // rawString reads a string token and returns its bytes between the quotes.
 func (s *scanner) rawString() (raw []byte, esc bool) {
 	if s.peek() != '"' {
@@ -128,21 +138,26 @@ func (s *scanner) rawString() (raw []byte, esc bool) {
 	}
 	s.i++
 	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
+	b := s.b
+	for {
+		i := s.i
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		s.i = i
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
 		case c == '"':
-			raw = s.b[start:s.i]
 			s.i++
-			return raw, esc
+			return b[start:i], esc
 		case c == '\\':
 			esc = true
 			s.i += 2
-		case c < 0x20:
+		default:
 			s.fail("control character in string")
 			return nil, false
-		default:
-			s.i++
 		}
 	}
 	s.fail("unterminated string")
@@ -167,7 +182,17 @@ func (s *scanner) str() string {
 }
 
 func unescape(raw []byte) (string, error) {
-	out := make([]byte, 0, len(raw))
+	out, err := unescapeInto(make([]byte, 0, len(raw)), raw)
+	if err != nil || len(out) == 0 {
+		return "", err
+	}
+	// out is never written again: the string can share its memory, which
+	// saves the copy string(out) would make.
+	return unsafe.String(&out[0], len(out)), nil
+}
+
+// unescapeInto appends the unescaped form of a JSON string body to out.
+func unescapeInto(out, raw []byte) ([]byte, error) {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c != '\\' {
@@ -176,7 +201,7 @@ func unescape(raw []byte) (string, error) {
 		}
 		i++
 		if i >= len(raw) {
-			return "", errors.New("bad escape")
+			return nil, errors.New("bad escape")
 		}
 		switch raw[i] {
 		case '"', '\\', '/':
@@ -194,7 +219,7 @@ func unescape(raw []byte) (string, error) {
 		case 'u':
 			r, ok := hex4(raw[i+1:])
 			if !ok {
-				return "", errors.New("bad \\u escape")
+				return nil, errors.New("bad \\u escape")
 			}
 			i += 4
 			if utf16.IsSurrogate(r) {
@@ -212,10 +237,10 @@ func unescape(raw []byte) (string, error) {
 			}
 			out = utf8.AppendRune(out, r)
 		default:
-			return "", errors.New("bad escape")
+			return nil, errors.New("bad escape")
 		}
 	}
-	return string(out), nil
+	return out, nil
 }
 
 func hex4(b []byte) (rune, bool) {

@@ -29,7 +29,7 @@ func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
 		// events before anything streamed after a known commit.
 		if v := src[srcSequence]; v.kind == svString {
 			var parts [2]Part
-			n, err := parsePGSequence(v.s, &parts)
+			n, err := parsePGSequence(v, &parts)
 			if err != nil {
 				return bad("source.sequence", err)
 			}
@@ -57,7 +57,7 @@ func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
 		if f.kind != svString {
 			return null("source.file")
 		}
-		idx, err := parseBinlogIndex(string(f.s))
+		idx, err := parseBinlogIndex(f.str())
 		if err != nil {
 			return bad("source.file", err)
 		}
@@ -80,7 +80,7 @@ func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
 		if c.kind != svString {
 			return null("source.commit_lsn")
 		}
-		hi, lo, err := parseSQLServerLSN(string(c.s))
+		hi, lo, err := parseSQLServerLSN(c.str())
 		if err != nil {
 			return bad("source.commit_lsn", err)
 		}
@@ -88,7 +88,7 @@ func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
 		seq.add(Part{Kind: PartUint, U: lo})
 		// change_lsn is null for snapshot reads: null sorts lowest.
 		if cl := src[srcChangeLsn]; cl.kind == svString {
-			hi, lo, err := parseSQLServerLSN(string(cl.s))
+			hi, lo, err := parseSQLServerLSN(cl.str())
 			if err != nil {
 				return bad("source.change_lsn", err)
 			}
@@ -177,8 +177,17 @@ type strconvError string
 
 func (e strconvError) Error() string { return string(e) }
 
-// parsePGSequence reads the JSON array text of source.sequence.
-func parsePGSequence(b []byte, parts *[2]Part) (int, error) {
+// parsePGSequence reads the JSON array text of source.sequence, which in
+// JSON records arrives escaped inside a string: ["[\"1\",\"2\"]"].
+func parsePGSequence(v srcVal, parts *[2]Part) (int, error) {
+	b := v.s
+	if v.esc {
+		var buf [96]byte
+		var err error
+		if b, err = unescapeInto(buf[:0], v.s); err != nil {
+			return 0, err
+		}
+	}
 	s := scanner{b: b}
 	if !s.expect('[') {
 		return 0, s.err
@@ -190,8 +199,8 @@ func parsePGSequence(b []byte, parts *[2]Part) (int, error) {
 		case 'n':
 			s.null()
 		case '"':
-			str := s.str()
-			v, err := ParseLSN(str)
+			raw, _ := s.rawString()
+			v, err := parseLSNBytes(raw)
 			if err != nil {
 				return 0, err
 			}
@@ -226,7 +235,10 @@ func srcUint(v srcVal) (uint64, bool, error) {
 		}
 		return uint64(v.i), true, nil
 	case svString:
-		u, err := strconv.ParseUint(string(v.s), 10, 64)
+		if u, ok := parseDecimalUint(v.s); ok && !v.esc {
+			return u, true, nil
+		}
+		u, err := strconv.ParseUint(v.str(), 10, 64)
 		if err != nil {
 			return 0, false, err
 		}
@@ -315,7 +327,7 @@ func typePart(v srcVal, k FieldKind) (Part, error) {
 		if v.kind == svInt {
 			return Part{Kind: PartInt, I: v.i}, nil
 		}
-		i, err := strconv.ParseInt(string(v.s), 10, 64)
+		i, err := strconv.ParseInt(v.str(), 10, 64)
 		if err != nil {
 			return Part{}, err
 		}
@@ -330,12 +342,40 @@ func typePart(v srcVal, k FieldKind) (Part, error) {
 			}
 			return Part{Kind: PartUint, U: uint64(v.i)}, nil
 		}
-		u, err := ParseLSN(string(v.s))
+		u, err := ParseLSN(v.str())
 		return Part{Kind: PartUint, U: u}, err
 	default:
 		if v.kind == svInt {
 			return Part{Kind: PartString, S: strconv.FormatInt(v.i, 10)}, nil
 		}
-		return Part{Kind: PartString, S: string(v.s)}, nil
+		return Part{Kind: PartString, S: v.str()}, nil
 	}
+}
+
+// parseDecimalUint parses plain decimal digits without allocating.
+func parseDecimalUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if u > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		u = u*10 + d
+	}
+	return u, true
+}
+
+// parseLSNBytes is ParseLSN for text in a record buffer, without
+// allocating in the common decimal form.
+func parseLSNBytes(b []byte) (uint64, error) {
+	if u, ok := parseDecimalUint(b); ok {
+		return u, nil
+	}
+	return ParseLSN(string(b))
 }

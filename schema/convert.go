@@ -211,6 +211,88 @@ func (t *Type) FromBool(v bool) (Value, error) {
 	return Bool(v), nil
 }
 
+// FromStringBytes is FromString for text still in the record buffer: types
+// whose value is not the text itself (timestamps, decimals, binary) parse it
+// in place, so only real string columns pay for a string.
+func (t *Type) FromStringBytes(b []byte) (Value, error) {
+	if len(b) == len(Placeholder) && string(b) == Placeholder {
+		return Unavailable, nil
+	}
+	if t.Logical == LogicalZonedTimestamp || (t.Base == BaseInt64 && t.Logical >= LogicalTimestampMillis && t.Logical <= LogicalNanoTimestamp) {
+		if us, ok := parseISOMicros(b); ok {
+			return Int(us), nil
+		}
+	}
+	return t.FromString(string(b))
+}
+
+// parseISOMicros parses the one form Debezium writes ZonedTimestamp in,
+// YYYY-MM-DDTHH:MM:SS[.fraction]Z, without allocating; anything else (an
+// offset, infinity) is left to the general parser.
+func parseISOMicros(b []byte) (int64, bool) {
+	if len(b) < 20 || b[len(b)-1] != 'Z' || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
+		return 0, false
+	}
+	num := func(p []byte) (int64, bool) {
+		var v int64
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int64(c-'0')
+		}
+		return v, true
+	}
+	y, ok1 := num(b[0:4])
+	mo, ok2 := num(b[5:7])
+	d, ok3 := num(b[8:10])
+	h, ok4 := num(b[11:13])
+	mi, ok5 := num(b[14:16])
+	sec, ok6 := num(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || mo < 1 || mo > 12 || d < 1 || d > daysIn(y, mo) || h > 23 || mi > 59 || sec > 59 {
+		return 0, false
+	}
+	var frac int64
+	rest := b[19 : len(b)-1]
+	if len(rest) > 0 {
+		if rest[0] != '.' || len(rest) < 2 || len(rest) > 10 {
+			return 0, false
+		}
+		f, ok := num(rest[1:])
+		if !ok {
+			return 0, false
+		}
+		for n := len(rest) - 1; n < 9; n++ {
+			f *= 10
+		}
+		frac = f / 1000 // nanoseconds to microseconds, truncating like UnixMicro
+	}
+	days := daysFromCivil(y, mo, d)
+	return ((days*24+h)*60+mi)*60_000_000 + sec*1_000_000 + frac, true
+}
+
+func daysIn(y, m int64) int64 {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// DecimalFromUnscaled converts a big-endian two's complement unscaled value
+// at the type's scale without keeping b.
+func (t *Type) DecimalFromUnscaled(b []byte) (Value, error) {
+	if len(b) == len(Placeholder) && string(b) == Placeholder {
+		return Unavailable, nil
+	}
+	return t.decimalFromUnscaled(b, t.Scale)
+}
+
 // FromString converts a string read off the wire. For bytes-based types it
 // is the JSON converter's base64 text (or the binary.handling.mode text for
 // re-typed binary columns).
@@ -315,6 +397,9 @@ func (t *Type) decodeBinaryText(s string) ([]byte, error) {
 }
 
 func (t *Type) parseZoned(s string) (Value, error) {
+	if us, ok := parseISOMicros([]byte(s)); ok {
+		return Int(us), nil
+	}
 	switch s {
 	case "infinity":
 		return Int(MaxTimestampMicros), nil
@@ -383,10 +468,10 @@ func (t *Type) FinishStruct(fields []Value) (Value, error) {
 		if si < 0 || vi < 0 || fields[si].Kind != KindInt || fields[vi].Kind != KindBytes {
 			return Value{}, invalid(t, "variable scale decimal needs scale and value")
 		}
-		if string(fields[vi].B) == Placeholder {
+		if fields[vi].S == Placeholder {
 			return Unavailable, nil
 		}
-		return String(formatDecimal(fromTwosComplement(fields[vi].B), int(fields[si].I))), nil
+		return String(formatDecimal(fromTwosComplement(fields[vi].Bytes()), int(fields[si].I))), nil
 	}
 	for _, f := range fields {
 		if f.Kind == KindUnavailable {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -319,5 +320,30 @@ func TestFromDeltaTypes(t *testing.T) {
 	}
 	if _, err := FromDelta(delta.StructType{Fields: []delta.StructField{{Name: "v", Type: delta.Void}}}, nil); err == nil {
 		t.Error("void column accepted")
+	}
+}
+
+// TestParseISOMicrosMatchesTime checks the allocation-free ZonedTimestamp
+// parser against the time package on random instants and precisions, and
+// that it declines what it does not handle.
+func TestParseISOMicrosMatchesTime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 5000 {
+		ts := time.Unix(rng.Int64N(253402300799-(-62135596800))+(-62135596800), rng.Int64N(1e9)).UTC()
+		layout := []string{"2006-01-02T15:04:05Z", "2006-01-02T15:04:05.000Z", "2006-01-02T15:04:05.000000Z", "2006-01-02T15:04:05.999999999Z", "2006-01-02T15:04:05.0Z"}[rng.IntN(5)]
+		s := ts.Format(layout)
+		want, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := parseISOMicros([]byte(s))
+		if !ok || got != want.UnixMicro() {
+			t.Fatalf("%s: %d %v, want %d", s, got, ok, want.UnixMicro())
+		}
+	}
+	for _, s := range []string{"2024-02-30T00:00:00Z", "2024-02-29T24:00:00Z", "2024-02-29T00:00:00+01:00", "2024-02-29T00:00:00.Z", "infinity", "2024-02-29 00:00:00Z", "2024-02-29T00:00:00.1234567890Z"} {
+		if _, ok := parseISOMicros([]byte(s)); ok {
+			t.Errorf("%s accepted", s)
+		}
 	}
 }

@@ -128,6 +128,8 @@ type Type struct {
 	// Delta is the Delta column type values of this type are written as.
 	Delta delta.DataType
 
+	names []string // field names of a struct, in order
+
 	opts *Options
 }
 
@@ -290,6 +292,7 @@ func (t *Type) resolve(field string, params map[string]string, opts *Options) er
 		opts = defaultOptions
 	}
 	t.opts = opts
+	t.setNames()
 	t.Logical = logicalByName[t.Name]
 	if t.Logical == LogicalNone && t.Base == BaseString && opts.BinaryColumns[field] {
 		// A binary column Debezium sent as base64 or hex text.
@@ -394,6 +397,20 @@ func (t *Type) deltaType() (delta.DataType, error) {
 	}
 	return nil, fmt.Errorf("no Delta type for %s", t.Base)
 }
+
+func (t *Type) setNames() {
+	if t.Base != BaseStruct {
+		return
+	}
+	t.names = make([]string, len(t.Fields))
+	for i, f := range t.Fields {
+		t.names[i] = f.Name
+	}
+}
+
+// FieldNames returns the names of a struct's fields in order. The slice is
+// shared by every caller and must not be modified.
+func (t *Type) FieldNames() []string { return t.names }
 
 // Field returns the index of the struct field called name, or -1.
 func (t *Type) Field(name string) int {
@@ -500,6 +517,7 @@ func fromDelta(dt delta.DataType, nullable bool, opts *Options) (*Type, error) {
 			}
 			t.Fields[i] = Field{Name: f.Name, Type: ft}
 		}
+		t.setNames()
 	default:
 		return nil, fmt.Errorf("no Debezium form for Delta type %T", dt)
 	}
@@ -514,6 +532,7 @@ func NewStruct(name string, fields []Field, opts *Options) *Type {
 		opts = defaultOptions
 	}
 	t.opts = opts
+	t.setNames()
 	d, _ := t.deltaType() // a struct of compiled fields always has one
 	t.Delta = d
 	return t
