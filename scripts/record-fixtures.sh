@@ -15,11 +15,16 @@
 # metadata) with infra/dump, and stops the stack.
 #
 # Runs (default: all available): postgres-json (JsonConverter, schemas
-# enabled), postgres-jsonnoschema (schemas disabled), postgres-flat
+# enabled), postgres-jsonnoschema (schemas disabled), postgres-jsonmodes
+# (schemas enabled; decimal.handling.mode=string, binary.handling.mode=hex,
+# time.precision.mode=connect, interval.handling.mode=string,
+# hstore.handling.mode=map), postgres-flat
 # (ExtractNewRecordState with op, lsn and source.ts_ms added, deletes
 # rewritten), postgres-avro (Avro in the Confluent wire format through the
 # registry, see registry.sh).
-# Env: FIXTURES_OUT (debezium/testdata/real), KEEP_STACK=1 leaves the stack up.
+# Env: FIXTURES_OUT (debezium/testdata/real), KEEP_STACK=1 leaves the stack
+# up, FIXTURES_POSTGIS=off skips PostGIS, FIXTURES_MESSAGES=on adds logical
+# decoding messages (pg_logical_emit_message, topic <prefix>.message, op "m").
 set -euo pipefail
 CDC_SCRIPT=record-fixtures
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,7 +41,7 @@ KAFKA_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 OUT="${FIXTURES_OUT:-$CDC_REPO/debezium/testdata/real}"
 DB=cdcfix
 
-ALL_RUNS=(postgres-json postgres-jsonnoschema postgres-flat postgres-avro)
+ALL_RUNS=(postgres-json postgres-jsonnoschema postgres-jsonmodes postgres-flat postgres-avro)
 RUNS=("$@")
 ((${#RUNS[@]})) || RUNS=("${ALL_RUNS[@]}")
 
@@ -58,7 +63,7 @@ uses_registry() { [[ " ${RUNS[*]} " == *" postgres-avro "* ]]; }
 # converters RUN: the key and value converter settings of a run.
 converters() {
   case "$1" in
-    postgres-json|postgres-flat)
+    postgres-json|postgres-flat|postgres-jsonmodes)
       cat <<'JSON'
 "key.converter": "org.apache.kafka.connect.json.JsonConverter",
 "key.converter.schemas.enable": "true",
@@ -80,6 +85,19 @@ JSON
       ;;
     *) die "unknown run $1" ;;
   esac
+}
+
+# modes RUN: the non-default value representations of the jsonmodes run.
+modes() {
+  if [[ "$1" == postgres-jsonmodes ]]; then
+    cat <<'JSON'
+"decimal.handling.mode": "string",
+"binary.handling.mode": "hex",
+"time.precision.mode": "connect",
+"interval.handling.mode": "string",
+"hstore.handling.mode": "map",
+JSON
+  fi
 }
 
 transforms() {
@@ -121,6 +139,7 @@ connector_file() {
     "heartbeat.interval.ms": "2000",
     "include.unknown.datatypes": "true",
     $(converters "$run")
+    $(modes "$run")
     $(transforms "$run")
     "tasks.max": "1"
   }
@@ -176,7 +195,8 @@ main() {
   wait_until 120 "all snapshots to finish" bash -c "(( \$(tail -c +$CONNECT_LOG_START '$CDC_RUN/connect.log' | grep -c 'Starting streaming') >= ${#RUNS[@]} ))" \
     || die "snapshots did not finish (see $CDC_RUN/connect.log)"
   log "snapshots done; running the workload"
-  psql_db -v postgis="$postgis" -f "$CDC_INFRA/fixtures/workload.sql" >/dev/null
+  psql_db -v postgis="$postgis" -v messages="${FIXTURES_MESSAGES:-off}" \
+    -f "$CDC_INFRA/fixtures/workload.sql" >/dev/null
   local lsn; lsn="$(psql_db -c "SELECT pg_current_wal_lsn()")"
   log "workload done at LSN $lsn; waiting for every slot to confirm it"
   wait_until 120 "slots to confirm $lsn" bash -c \
