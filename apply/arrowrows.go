@@ -63,13 +63,13 @@ func appendValue(b array.Builder, v schema.Value) error {
 		b.Append(v.I)
 	case *array.Float32Builder:
 		if v.Kind == schema.KindFloat {
-			b.Append(float32(v.F))
+			b.Append(float32(v.Float()))
 		} else {
 			b.Append(float32(v.I))
 		}
 	case *array.Float64Builder:
 		if v.Kind == schema.KindFloat {
-			b.Append(v.F)
+			b.Append(v.Float())
 		} else {
 			b.Append(float64(v.I))
 		}
@@ -86,7 +86,7 @@ func appendValue(b array.Builder, v schema.Value) error {
 		if v.Kind == schema.KindString {
 			b.Append([]byte(v.S))
 		} else {
-			b.Append(v.B)
+			b.Append(v.Bytes())
 		}
 	case *array.Date32Builder:
 		b.Append(arrow.Date32(v.I))
@@ -101,7 +101,7 @@ func appendValue(b array.Builder, v schema.Value) error {
 		b.Append(decimal128.New(hi, lo))
 	case *array.ListBuilder:
 		b.Append(true)
-		for _, e := range v.Elems {
+		for _, e := range v.Elems() {
 			if err := appendValue(b.ValueBuilder(), e); err != nil {
 				return err
 			}
@@ -110,8 +110,8 @@ func appendValue(b array.Builder, v schema.Value) error {
 		b.Append(true)
 		for i := 0; i < b.NumField(); i++ {
 			e := schema.Null
-			if i < len(v.Elems) {
-				e = v.Elems[i]
+			if i < len(v.Elems()) {
+				e = v.Elems()[i]
 			}
 			if err := appendValue(b.FieldBuilder(i), e); err != nil {
 				return err
@@ -119,11 +119,11 @@ func appendValue(b array.Builder, v schema.Value) error {
 		}
 	case *array.MapBuilder:
 		b.Append(true)
-		for i := 0; i+1 < len(v.Elems); i += 2 {
-			if err := appendValue(b.KeyBuilder(), v.Elems[i]); err != nil {
+		for i := 0; i+1 < len(v.Elems()); i += 2 {
+			if err := appendValue(b.KeyBuilder(), v.Elems()[i]); err != nil {
 				return err
 			}
-			if err := appendValue(b.ItemBuilder(), v.Elems[i+1]); err != nil {
+			if err := appendValue(b.ItemBuilder(), v.Elems()[i+1]); err != nil {
 				return err
 			}
 		}
@@ -222,7 +222,7 @@ func valueAt(col arrow.Array, r int) (schema.Value, error) {
 			}
 			elems = append(elems, k, v)
 		}
-		return schema.Value{Kind: schema.KindMap, Elems: elems}, nil
+		return schema.Map(elems...), nil
 	case *array.List:
 		start, end := a.ValueOffsets(r)
 		elems := make([]schema.Value, 0, end-start)

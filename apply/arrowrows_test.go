@@ -30,7 +30,7 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 		schema.Int(-719162), schema.Int(1_700_000_000_123_456), schema.Int(-1),
 		{Kind: schema.KindDecimal, Hi: -1, I: -123456789, Scale: 4},
 		schema.List(schema.String("a"), schema.Null), schema.Struct(schema.Int(7), schema.Null),
-		{Kind: schema.KindMap, Elems: []schema.Value{schema.String("k"), schema.Int(9)}}}
+		schema.Map(schema.String("k"), schema.Int(9))}
 	nulls := make([]schema.Value, len(full))
 	nulls[0] = schema.Int(2)
 	rows := []Row{

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/cdcapply/cdcapply/debezium"
@@ -226,20 +225,20 @@ func appendKeyValue(b []byte, v schema.Value) []byte {
 	case schema.KindBool, schema.KindInt:
 		b = binary.BigEndian.AppendUint64(b, uint64(v.I))
 	case schema.KindFloat:
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v.F))
+		b = binary.BigEndian.AppendUint64(b, uint64(v.I)) // the float's bits
 	case schema.KindString:
 		b = binary.AppendUvarint(b, uint64(len(v.S)))
 		b = append(b, v.S...)
 	case schema.KindBytes:
-		b = binary.AppendUvarint(b, uint64(len(v.B)))
-		b = append(b, v.B...)
+		b = binary.AppendUvarint(b, uint64(len(v.S)))
+		b = append(b, v.S...)
 	case schema.KindDecimal:
 		// Scale is the column's, so equal numbers have equal unscaled values.
 		b = binary.BigEndian.AppendUint64(b, uint64(v.Hi))
 		b = binary.BigEndian.AppendUint64(b, uint64(v.I))
 	case schema.KindList, schema.KindStruct, schema.KindMap:
-		b = binary.AppendUvarint(b, uint64(len(v.Elems)))
-		for _, e := range v.Elems {
+		b = binary.AppendUvarint(b, uint64(len(v.Elems())))
+		for _, e := range v.Elems() {
 			b = appendKeyValue(b, e)
 		}
 	}

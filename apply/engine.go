@@ -1,0 +1,710 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/debezium"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// Engine runs one pipeline: one consumer group feeding every configured
+// table. A single goroutine (Run's) owns every table's buffer and applier;
+// rebalance callbacks run only while Run has allowed them (the client is
+// built with BlockRebalanceOnPoll), so they touch buffers without locks.
+type Engine struct {
+	cfg    *Config
+	log    *slog.Logger
+	clock  func() time.Time
+	extra  []kgo.Opt
+	tables []*tableRun
+
+	routeMu sync.Mutex           // guards routes
+	routes  map[string]*tableRun // topic -> table, resolved once per topic
+
+	assignMu sync.Mutex                // guards assigned
+	assigned map[string]map[int32]bool // partitions this instance owns
+
+	client *kgo.Client // set by Run
+	// OnCommit, when set, is called after every table commit (tests,
+	// progress display). It runs on Run's goroutine.
+	OnCommit func(table string, res *Result)
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*Engine)
+
+// Logger sets the structured logger (default: slog.Default()).
+func Logger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = l } }
+
+// EngineClock replaces time.Now (tests).
+func EngineClock(now func() time.Time) EngineOption { return func(e *Engine) { e.clock = now } }
+
+// KafkaOptions adds franz-go client options (tests: dialers, fast timeouts).
+func KafkaOptions(opts ...kgo.Opt) EngineOption {
+	return func(e *Engine) { e.extra = append(e.extra, opts...) }
+}
+
+// tableRun is the per-table state of the engine.
+type tableRun struct {
+	cfg        TableConfig
+	pattern    *regexp.Regexp
+	store      storage.Storage
+	applier    *TableApplier
+	decoder    *debezium.Decoder
+	quarantine *Quarantine
+
+	// reopen is set by the assignment callback: the table may have been
+	// advanced by another instance, so the applier reloads before use.
+	reopen atomic.Bool
+	halted error
+
+	buf tableBuffer
+}
+
+// tableBuffer is one table's pending batch.
+type tableBuffer struct {
+	changes  []*Change
+	parts    map[checkpoint.TopicPartition]*partBuffer
+	rejected []Rejected
+	bytes    int64
+	since    time.Time // when the first record of the batch arrived
+}
+
+// partBuffer accounts for one partition's records in the pending batch.
+type partBuffer struct {
+	rng                        checkpoint.Range
+	read, skipped, quarantined int
+	applied                    int
+}
+
+func (b *tableBuffer) empty() bool { return len(b.parts) == 0 }
+
+func (b *tableBuffer) reset() {
+	*b = tableBuffer{parts: map[checkpoint.TopicPartition]*partBuffer{}}
+}
+
+// NewEngine builds an engine for a validated configuration.
+func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
+	e := &Engine{cfg: cfg, log: slog.Default(), clock: time.Now, routes: map[string]*tableRun{}, assigned: map[string]map[int32]bool{}}
+	for _, o := range opts {
+		o(e)
+	}
+	for _, tc := range cfg.Tables {
+		t, err := e.newTableRun(tc)
+		if err != nil {
+			return nil, err
+		}
+		e.tables = append(e.tables, t)
+	}
+	return e, nil
+}
+
+func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
+	t := &tableRun{cfg: tc, store: storage.NewLocal(tc.Location)}
+	t.buf.reset()
+	if tc.TopicPattern != "" {
+		re, err := regexp.Compile("^(?:" + tc.TopicPattern + ")$")
+		if err != nil {
+			return nil, fmt.Errorf("table %s: topic_pattern: %w", tc.Name, err)
+		}
+		t.pattern = re
+	}
+	dopts, err := decoderOptions(tc)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: %w", tc.Name, err)
+	}
+	t.decoder, err = debezium.New(dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: build decoder: %w", tc.Name, err)
+	}
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l) }
+	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
+	t.quarantine = NewQuarantine(tc.Name, e.cfg.Pipeline.ID, storage.NewLocal(tc.QuarantineLocation), e.clock)
+	return t, nil
+}
+
+func decoderOptions(tc TableConfig) ([]debezium.Option, error) {
+	var opts []debezium.Option
+	switch tc.Format {
+	case "json", "json-noschema":
+		opts = append(opts, debezium.ValueFormat(debezium.FormatJSON), debezium.EnvelopeShape(debezium.EnvelopeDebezium))
+	case "flat-json":
+		opts = append(opts, debezium.ValueFormat(debezium.FormatJSON), debezium.EnvelopeShape(debezium.EnvelopeFlattened))
+	default:
+		return nil, fmt.Errorf("format %q is not supported by the engine yet", tc.Format)
+	}
+	conn, err := debezium.ParseConnector(tc.Connector)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, debezium.SourceConnector(conn))
+	if len(tc.KeyColumns) > 0 {
+		opts = append(opts, debezium.KeyColumns(tc.KeyColumns...))
+	}
+	return opts, nil
+}
+
+// tableFor routes a topic to its table (nil: not ours).
+func (e *Engine) tableFor(topic string) *tableRun {
+	e.routeMu.Lock()
+	defer e.routeMu.Unlock()
+	if t, ok := e.routes[topic]; ok {
+		return t
+	}
+	var found *tableRun
+	for _, t := range e.tables {
+		if t.cfg.Topic == topic || (t.pattern != nil && t.pattern.MatchString(topic)) {
+			found = t
+			break
+		}
+	}
+	e.routes[topic] = found
+	return found
+}
+
+// kafkaOptions builds the franz-go client of the pipeline.
+func (e *Engine) kafkaOptions() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(e.cfg.Kafka.Brokers...),
+		kgo.ConsumerGroup(e.cfg.Kafka.Group),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.OnPartitionsAssigned(e.onAssigned),
+		kgo.OnPartitionsRevoked(e.onRevoked),
+		kgo.OnPartitionsLost(e.onRevoked),
+		kgo.AdjustFetchOffsetsFn(e.adjustOffsets),
+	}
+	if e.cfg.Kafka.ClientID != "" {
+		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
+	}
+	// A position gone by retention must surface as an error, not a silent
+	// jump: the client reports OffsetOutOfRange instead of resetting.
+	if e.cfg.Kafka.OnOffsetGap == "skip" {
+		opts = append(opts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	} else {
+		opts = append(opts, kgo.ConsumeResetOffset(kgo.NoResetOffset()))
+	}
+	var topics []string
+	regex := false
+	for _, t := range e.tables {
+		if t.pattern != nil {
+			regex = true
+		}
+	}
+	for _, t := range e.tables {
+		switch {
+		case regex && t.pattern != nil:
+			topics = append(topics, t.pattern.String())
+		case regex:
+			topics = append(topics, "^"+regexp.QuoteMeta(t.cfg.Topic)+"$")
+		default:
+			topics = append(topics, t.cfg.Topic)
+		}
+	}
+	opts = append(opts, kgo.ConsumeTopics(topics...))
+	if regex {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	return append(opts, e.extra...)
+}
+
+// Run consumes until ctx is done or a fatal error. Tables that fail stop
+// alone (halted, their partitions paused); the others go on. On return
+// every pending batch has been flushed or dropped, never half-applied.
+func (e *Engine) Run(ctx context.Context) error {
+	for _, t := range e.tables {
+		if err := t.applier.Open(ctx); err != nil {
+			return err
+		}
+		if err := t.quarantine.Open(ctx); err != nil {
+			return err
+		}
+	}
+	cl, err := kgo.NewClient(e.kafkaOptions()...)
+	if err != nil {
+		return fmt.Errorf("create kafka client: %w", err)
+	}
+	e.client = cl
+	defer cl.Close()
+
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, e.pollWait())
+		fetches := cl.PollRecords(pctx, 10_000)
+		cancel()
+		if fetches.IsClientClosed() {
+			break
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			e.fetchError(topic, partition, err)
+		})
+		fetches.EachRecord(func(r *kgo.Record) { e.route(ctx, r) })
+		now := e.clock()
+		for _, t := range e.tables {
+			if t.halted == nil && e.due(t, now) {
+				e.flush(ctx, t)
+			}
+		}
+		cl.AllowRebalance()
+	}
+	// Shut down: flush what is buffered while we still own the partitions.
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, t := range e.tables {
+		if t.halted == nil && !t.buf.empty() {
+			e.flush(fctx, t)
+		}
+	}
+	cl.AllowRebalance()
+	return nil
+}
+
+// pollWait bounds a poll so that latency flushes happen on time.
+func (e *Engine) pollWait() time.Duration {
+	wait := time.Second
+	now := e.clock()
+	for _, t := range e.tables {
+		if t.buf.empty() {
+			continue
+		}
+		left := time.Duration(t.cfg.Flush.MaxLatency) - now.Sub(t.buf.since)
+		if left < wait {
+			wait = left
+		}
+	}
+	if wait < time.Millisecond {
+		wait = time.Millisecond
+	}
+	return wait
+}
+
+func (e *Engine) due(t *tableRun, now time.Time) bool {
+	if t.buf.empty() {
+		return false
+	}
+	f := t.cfg.Flush
+	return len(t.buf.changes) >= f.MaxRecords || t.buf.bytes >= f.MaxBytes || now.Sub(t.buf.since) >= time.Duration(f.MaxLatency)
+}
+
+// fetchError handles a partition's fetch error: a position deleted by
+// retention halts the table loudly; anything else is logged (franz-go
+// retries retriable errors itself).
+func (e *Engine) fetchError(topic string, partition int32, err error) {
+	t := e.tableFor(topic)
+	if t == nil {
+		e.log.Error("fetch error", "topic", topic, "partition", partition, "err", err)
+		return
+	}
+	if errors.Is(err, kerr.OffsetOutOfRange) {
+		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
+		next, _ := t.applier.Positions().Next(tp)
+		e.halt(t, fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention); changes would be lost: %w",
+			t.cfg.Name, topic, partition, next, err))
+		return
+	}
+	e.log.Warn("fetch error", "table", t.cfg.Name, "topic", topic, "partition", partition, "err", err)
+}
+
+// halt stops one table: its buffer is dropped and its partitions paused.
+func (e *Engine) halt(t *tableRun, err error) {
+	if t.halted != nil {
+		return
+	}
+	t.halted = err
+	t.buf.reset()
+	e.log.Error("table halted", "table", t.cfg.Name, "err", err)
+	if e.client == nil {
+		return
+	}
+	e.client.PauseFetchPartitions(e.assignedOf(t))
+}
+
+// Halted returns each halted table's reason.
+func (e *Engine) Halted() map[string]error {
+	out := map[string]error{}
+	for _, t := range e.tables {
+		if t.halted != nil {
+			out[t.cfg.Name] = t.halted
+		}
+	}
+	return out
+}
+
+// route decodes one record into its table's pending batch.
+func (e *Engine) route(ctx context.Context, r *kgo.Record) {
+	t := e.tableFor(r.Topic)
+	if t == nil || t.halted != nil {
+		return
+	}
+	if t.reopen.Swap(false) {
+		if err := t.applier.Open(ctx); err != nil {
+			e.halt(t, err)
+			return
+		}
+	}
+	tp := checkpoint.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+	if t.applier.Positions().Applied(tp, r.Offset) {
+		// Fetched before a re-seek: already in the table and accounted
+		// for by the commit that applied it.
+		return
+	}
+	pb := t.buf.parts[tp]
+	if pb == nil {
+		pb = &partBuffer{rng: checkpoint.Range{From: r.Offset}}
+		t.buf.parts[tp] = pb
+		if len(t.buf.parts) == 1 {
+			t.buf.since = e.clock()
+		}
+	}
+	pb.rng.Next = r.Offset + 1
+	pb.read++
+	t.buf.bytes += int64(len(r.Key) + len(r.Value))
+
+	rec := debezium.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, h := range r.Headers {
+		rec.Headers = append(rec.Headers, debezium.Header{Key: h.Key, Value: h.Value})
+	}
+	ch, err := t.decoder.Decode(ctx, &rec)
+	if err != nil {
+		var rej *debezium.Rejection
+		if !errors.As(err, &rej) {
+			// Not the record's fault (a registry outage): apply nothing of
+			// this table, go back to the table's positions and retry.
+			e.log.Warn("decode failed, retrying from the table's positions", "table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			e.resync(ctx, t)
+			return
+		}
+		e.reject(t, pb, &rec, string(rej.Reason), rej.Error())
+		return
+	}
+	switch ch.Class {
+	case debezium.ClassChange:
+	default:
+		pb.skipped++
+		return
+	}
+	if ch.Op == debezium.OpTruncate {
+		switch t.cfg.TruncatePolicy {
+		case "ignore":
+			pb.skipped++
+			return
+		default:
+			e.halt(t, fmt.Errorf("table %s: topic %s partition %d offset %d: truncate (truncate_policy %q is not implemented yet; use ignore)",
+				t.cfg.Name, r.Topic, r.Partition, r.Offset, t.cfg.TruncatePolicy))
+			return
+		}
+	}
+	if err := e.ensureLayout(t, &ch); err != nil {
+		var pe *ProjectError
+		if errors.As(err, &pe) {
+			e.reject(t, pb, &rec, pe.Reason, pe.Error())
+			return
+		}
+		e.halt(t, err)
+		return
+	}
+	c, err := t.applier.Layout().Project(&ch)
+	if err != nil {
+		var pe *ProjectError
+		if errors.As(err, &pe) {
+			e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
+			return
+		}
+		e.halt(t, err)
+		return
+	}
+	t.buf.changes = append(t.buf.changes, c)
+}
+
+func (e *Engine) reject(t *tableRun, pb *partBuffer, rec *debezium.Record, reason, detail string) {
+	pb.quarantined++
+	t.buf.rejected = append(t.buf.rejected, Rejected{Record: *rec, Reason: reason, Detail: detail})
+	e.log.Warn("record quarantined", "table", t.cfg.Name, "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason, "detail", detail)
+}
+
+// ensureLayout creates the table's layout from the first change, and
+// extends it when an image carries columns the table lacks (additive
+// schema policy); other policies stop the table.
+func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
+	img := ch.After
+	if !img.Present() {
+		img = ch.Before
+	}
+	if !img.Present() {
+		return &ProjectError{"missing_image", "a change with neither before nor after image"}
+	}
+	l := t.applier.Layout()
+	if l == nil {
+		keys := t.cfg.KeyColumns
+		if len(keys) == 0 {
+			keys = ch.Key.Names
+		}
+		var source []delta.StructField
+		for _, f := range img.Columns() {
+			source = append(source, deltaField(f, contains(keys, f.Name)))
+		}
+		nl, err := NewLayout(source, keys)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", t.cfg.Name, err)
+		}
+		return t.applier.SetLayout(nl)
+	}
+	missing := l.Missing(img)
+	if len(missing) == 0 {
+		return nil
+	}
+	if t.cfg.SchemaPolicy != "additive" {
+		names := make([]string, len(missing))
+		for i, f := range missing {
+			names[i] = f.Name
+		}
+		return fmt.Errorf("table %s: topic %s partition %d offset %d: new source column(s) %v and schema_policy is %q",
+			t.cfg.Name, ch.Pos.Topic, ch.Pos.Partition, ch.Pos.Offset, names, t.cfg.SchemaPolicy)
+	}
+	return &ProjectError{"schema_evolution_pending", fmt.Sprintf("%d new column(s); additive evolution is not implemented yet", len(missing))}
+}
+
+func deltaField(f schema.Field, key bool) delta.StructField {
+	return delta.StructField{Name: f.Name, Type: f.Type.Delta, Nullable: !key}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// flush commits a table's pending batch: quarantine first (idempotent, its
+// own txns), then the table commit with the data and positions, then the
+// group offsets for lag tooling.
+func (e *Engine) flush(ctx context.Context, t *tableRun) {
+	if t.buf.empty() {
+		return
+	}
+	b := &Batch{Changes: t.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
+	for tp, pb := range t.buf.parts {
+		b.Ranges[tp] = pb.rng
+		b.Read += pb.read
+		b.Skipped += pb.skipped
+		b.Quarantined += pb.quarantined
+	}
+	if len(t.buf.rejected) > 0 {
+		if err := t.quarantine.Write(ctx, t.buf.rejected); err != nil {
+			e.log.Error("quarantine write failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
+			e.resync(ctx, t)
+			return
+		}
+	}
+	if t.applier.Layout() == nil {
+		// Only skipped or quarantined records and no table yet: the
+		// positions have nowhere to go until the first change creates it.
+		// The records will be read again; the quarantine is idempotent.
+		t.buf.reset()
+		return
+	}
+	res, err := t.applier.Apply(ctx, b)
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
+		} else {
+			e.log.Error("table commit failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
+		}
+		e.resync(ctx, t)
+		return
+	}
+	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
+		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
+		"revived", res.Counts.Revive, "stale", res.Counts.StaleRecords, "skipped", b.Skipped, "quarantined", b.Quarantined)
+	e.commitGroupOffsets(ctx, b.Ranges)
+	t.buf.reset()
+	if e.OnCommit != nil {
+		e.OnCommit(t.cfg.Name, res)
+	}
+}
+
+// resync drops a table's buffer, reloads the table and seeks its assigned
+// partitions back to the table's positions: the one recovery for fencing,
+// failed commits and outcome-unknown commits alike, since the table's txn
+// actions say exactly what is applied.
+func (e *Engine) resync(ctx context.Context, t *tableRun) {
+	t.buf.reset()
+	if err := t.applier.Open(ctx); err != nil {
+		e.halt(t, err)
+		return
+	}
+	if err := t.quarantine.Open(ctx); err != nil {
+		e.halt(t, err)
+		return
+	}
+	if e.client == nil {
+		return
+	}
+	pos := t.applier.Positions()
+	seek := map[string]map[int32]kgo.EpochOffset{}
+	for topic, parts := range e.assignedOf(t) {
+		for _, p := range parts {
+			next, _ := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
+			if seek[topic] == nil {
+				seek[topic] = map[int32]kgo.EpochOffset{}
+			}
+			seek[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		}
+	}
+	e.client.SetOffsets(seek)
+}
+
+func (e *Engine) commitGroupOffsets(ctx context.Context, ranges map[checkpoint.TopicPartition]checkpoint.Range) {
+	if e.client == nil {
+		return
+	}
+	offs := map[string]map[int32]kgo.EpochOffset{}
+	for tp, r := range ranges {
+		if offs[tp.Topic] == nil {
+			offs[tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		offs[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Next}
+	}
+	// The table is the truth; a failed group commit only makes lag
+	// dashboards lag, so it is logged, not retried.
+	e.client.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			e.log.Warn("group offset commit failed (lag tooling only)", "err", err)
+		}
+	})
+}
+
+// onAssigned marks the tables of newly assigned partitions for reload: an
+// instance that lost and regained a partition must not trust its index.
+func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	e.assignMu.Lock()
+	for topic, parts := range assigned {
+		if e.assigned[topic] == nil {
+			e.assigned[topic] = map[int32]bool{}
+		}
+		for _, p := range parts {
+			e.assigned[topic][p] = true
+		}
+	}
+	e.assignMu.Unlock()
+	for topic := range assigned {
+		if t := e.tableFor(topic); t != nil {
+			t.reopen.Store(true)
+		}
+	}
+}
+
+// onRevoked drops the buffered records of revoked or lost partitions; their
+// next owner reads them again from the table's positions.
+func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	e.assignMu.Lock()
+	for topic, parts := range revoked {
+		for _, p := range parts {
+			delete(e.assigned[topic], p)
+		}
+	}
+	e.assignMu.Unlock()
+	for topic, parts := range revoked {
+		t := e.tableFor(topic)
+		if t == nil {
+			continue
+		}
+		gone := map[checkpoint.TopicPartition]bool{}
+		for _, p := range parts {
+			tp := checkpoint.TopicPartition{Topic: topic, Partition: p}
+			if _, ok := t.buf.parts[tp]; ok {
+				gone[tp] = true
+				delete(t.buf.parts, tp)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		kept := t.buf.changes[:0]
+		for _, c := range t.buf.changes {
+			if !gone[checkpoint.TopicPartition{Topic: c.Pos.Topic, Partition: c.Pos.Partition}] {
+				kept = append(kept, c)
+			}
+		}
+		t.buf.changes = kept
+		rej := t.buf.rejected[:0]
+		for _, r := range t.buf.rejected {
+			if !gone[checkpoint.TopicPartition{Topic: r.Record.Topic, Partition: r.Record.Partition}] {
+				rej = append(rej, r)
+			}
+		}
+		t.buf.rejected = rej
+		e.log.Info("partitions revoked; dropped their buffered records", "table", t.cfg.Name, "topic", topic, "partitions", parts)
+	}
+}
+
+// adjustOffsets seeks every assigned partition to its table's position,
+// read fresh from the table (never from the group's committed offsets).
+func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	byTable := map[*tableRun]checkpoint.Positions{}
+	for topic, parts := range offsets {
+		t := e.tableFor(topic)
+		if t == nil {
+			continue
+		}
+		pos, ok := byTable[t]
+		if !ok {
+			snap, err := delta.Open(t.store).Snapshot(ctx)
+			if err != nil && !errors.Is(err, delta.ErrNoTable) {
+				return nil, fmt.Errorf("read positions of table %s: %w", t.cfg.Name, err)
+			}
+			pos = checkpoint.Restore(snap, e.cfg.Pipeline.ID)
+			byTable[t] = pos
+		}
+		for p := range parts {
+			next, has := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
+			switch {
+			case has:
+				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+			case e.cfg.Kafka.OnOffsetGap == "skip":
+				parts[p] = kgo.NewOffset().AtStart()
+			default:
+				// A table that never saw this partition needs offset 0:
+				// if retention removed it, the fetch fails loudly.
+				parts[p] = kgo.NewOffset().At(0).WithEpoch(-1)
+			}
+			e.log.Info("partition assigned", "table", t.cfg.Name, "topic", topic, "partition", p, "position", next, "from_table", has)
+		}
+	}
+	return offsets, nil
+}
+
+// assignedOf returns the partitions of table t this instance owns.
+func (e *Engine) assignedOf(t *tableRun) map[string][]int32 {
+	e.assignMu.Lock()
+	defer e.assignMu.Unlock()
+	out := map[string][]int32{}
+	for topic, parts := range e.assigned {
+		if e.tableFor(topic) != t {
+			continue
+		}
+		for p := range parts {
+			out[topic] = append(out[topic], p)
+		}
+	}
+	return out
+}
