@@ -183,7 +183,7 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 	env.tables = &p.tables
 	var vals []schema.Value
 	if p.row != nil {
-		vals = make([]schema.Value, len(p.row.Fields))
+		vals = newValues(len(p.row.Fields))
 		env.rowType = p.row
 	} else {
 		env.rowType = p.after
@@ -316,7 +316,7 @@ func avroRow(r *avroReader, n *schema.AvroNode, rt *schema.Type) (Row, error) {
 			return Row{}, r.err
 		}
 	}
-	vals := make([]schema.Value, len(rec.Fields))
+	vals := newValues(len(rec.Fields))
 	for i, f := range rec.Fields {
 		v, err := avroVal(r, f.Node, 0)
 		if err != nil {
@@ -418,7 +418,7 @@ func avroVal(r *avroReader, n *schema.AvroNode, depth int) (schema.Value, error)
 		}
 		return t.FromString(n.Symbols[idx])
 	case schema.AvroRecord:
-		vals := make([]schema.Value, len(n.Fields))
+		vals := newValues(len(n.Fields))
 		for i, f := range n.Fields {
 			v, err := avroVal(r, f.Node, depth+1)
 			if err != nil {

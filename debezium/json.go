@@ -152,7 +152,7 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 	if flat && plan != nil && plan.row != nil {
 		row = plan.row
 		env.rowType = row
-		vals = make([]schema.Value, len(row.Fields))
+		vals = newValues(len(row.Fields))
 	}
 	if plan != nil && !flat {
 		env.rowType = plan.after
@@ -421,7 +421,7 @@ func jsonRow(s *scanner, rt *schema.Type, pos Position) (Row, *Rejection) {
 	if !s.expect('{') {
 		return Row{}, reject(pos, ReasonMalformedJSON, s.err, "row image")
 	}
-	vals := make([]schema.Value, len(rt.Fields))
+	vals := newValues(len(rt.Fields))
 	next := 0
 	for first := true; ; first = false {
 		key, esc, ok := s.member(first)
@@ -514,7 +514,7 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 		s.i++
 		switch t.Base {
 		case schema.BaseStruct:
-			vals := make([]schema.Value, len(t.Fields))
+			vals := newValues(len(t.Fields))
 			for first := true; ; first = false {
 				key, esc, ok := s.member(first)
 				if !ok {
@@ -588,7 +588,7 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 			}
 			var out []schema.Value
 			if len(elems) > 0 {
-				out = make([]schema.Value, len(elems))
+				out = newValues(len(elems))
 				copy(out, elems)
 			}
 			return t.FinishList(out), nil
@@ -737,7 +737,7 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	if n > len(vals) {
 		return nil
 	}
-	key.Values = make([]schema.Value, n)
+	key.Values = newValues(n)
 	copy(key.Values, vals[:n])
 	// The key schema's own field order: share its name slice.
 	whole := n == len(kt.Fields)

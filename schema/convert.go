@@ -456,7 +456,7 @@ func (t *Type) FinishList(elems []Value) Value {
 			return Unavailable
 		}
 	}
-	return Value{Kind: KindList, Elems: elems}
+	return List(elems...)
 }
 
 // FinishStruct turns decoded struct fields (in t.Fields order) into the
@@ -478,11 +478,11 @@ func (t *Type) FinishStruct(fields []Value) (Value, error) {
 			return Unavailable, nil
 		}
 	}
-	return Value{Kind: KindStruct, Elems: fields}, nil
+	return Struct(fields...), nil
 }
 
 // FinishMap turns decoded key/value pairs into a map value.
-func (t *Type) FinishMap(pairs []Value) Value { return Value{Kind: KindMap, Elems: pairs} }
+func (t *Type) FinishMap(pairs []Value) Value { return Map(pairs...) }
 
 // decimalFromUnscaled converts a big-endian two's complement unscaled value
 // at the given scale into the column's decimal (or its text).

@@ -64,7 +64,8 @@ func (k Kind) String() string {
 // meaningful; the zero Value is NULL. It is a plain 64-byte struct rather
 // than an interface so that a row of values is one allocation and appending
 // to an Arrow builder is a switch, not a type assertion per value. Floats
-// keep their bits in I and bytes share S, which keeps it small: decoding
+// keep their bits in I, bytes share S and elements are a pointer and a
+// count in I, which keeps it small: decoding
 // cost is dominated by allocating and clearing rows of these.
 type Value struct {
 	Kind  Kind
@@ -72,7 +73,7 @@ type Value struct {
 	I     int64  // bool, integers, dates, timestamps, times, float bits; low 64 bits of a decimal
 	Hi    int64  // high 64 bits of a decimal
 	S     string // string, or the bytes of a binary value
-	Elems []Value
+	elems *Value // first element of a list, struct or map; I is the count
 }
 
 // Null is the SQL NULL value.
@@ -104,11 +105,27 @@ func Bytes(b []byte) Value {
 	return Value{Kind: KindBytes, S: unsafe.String(unsafe.SliceData(b), len(b))}
 }
 
-// List returns an array value.
-func List(elems ...Value) Value { return Value{Kind: KindList, Elems: elems} }
+// List returns an array value holding elems (not a copy).
+func List(elems ...Value) Value { return composite(KindList, elems) }
 
-// Struct returns a struct value with fields in type order.
-func Struct(fields ...Value) Value { return Value{Kind: KindStruct, Elems: fields} }
+// Struct returns a struct value with fields in type order (not a copy).
+func Struct(fields ...Value) Value { return composite(KindStruct, fields) }
+
+// Map returns a map value from key, value, key, value... (not a copy).
+func Map(pairs ...Value) Value { return composite(KindMap, pairs) }
+
+func composite(k Kind, elems []Value) Value {
+	return Value{Kind: k, I: int64(len(elems)), elems: unsafe.SliceData(elems)}
+}
+
+// Elems returns the elements of a list, the fields of a struct or the
+// key, value pairs of a map, flattened.
+func (v Value) Elems() []Value {
+	if v.elems == nil {
+		return nil
+	}
+	return unsafe.Slice(v.elems, v.I)
+}
 
 // IsNull reports whether v is NULL.
 func (v Value) IsNull() bool { return v.Kind == KindNull }
@@ -159,11 +176,12 @@ func (v Value) Equal(o Value) bool {
 	case KindDecimal:
 		return v.I == o.I && v.Hi == o.Hi && v.Scale == o.Scale
 	default:
-		if len(v.Elems) != len(o.Elems) {
+		a, b := v.Elems(), o.Elems()
+		if len(a) != len(b) {
 			return false
 		}
-		for i := range v.Elems {
-			if !v.Elems[i].Equal(o.Elems[i]) {
+		for i := range a {
+			if !a[i].Equal(b[i]) {
 				return false
 			}
 		}
@@ -191,8 +209,8 @@ func (v Value) GoString() string {
 	case KindDecimal:
 		return v.DecimalString()
 	default:
-		parts := make([]string, len(v.Elems))
-		for i, e := range v.Elems {
+		parts := make([]string, len(v.Elems()))
+		for i, e := range v.Elems() {
 			parts[i] = e.GoString()
 		}
 		return v.Kind.String() + "[" + strings.Join(parts, " ") + "]"
