@@ -480,15 +480,15 @@ func ckptInt(n int) *int     { return &n }
 func FuzzCheckpointDecode(f *testing.F) {
 	one := int64(1)
 	day := "2026-01-01"
-	rows := []ckptRow{
-		{Protocol: &ckptProtocol{ReaderFeatures: []string{"deletionVectors"}}},
-		{Metadata: &ckptMetadata{ID: ckptStr("id"), PartitionColumns: []string{"day"}, Configuration: map[string]string{"k": "v"}}},
-		{Txn: &ckptTxn{AppID: ckptStr("app"), Version: &one}},
-		{Add: &ckptAdd{Path: ckptStr("a"), PartitionValues: map[string]*string{"day": &day, "n": nil}, Size: &one,
-			DeletionVector: &ckptDeletionVector{StorageType: ckptStr("u"), Cardinality: &one}}},
-		{Remove: &ckptRemove{Path: ckptStr("b"), DeletionTimestamp: &one}},
+	acts := []Action{
+		{Protocol: &Protocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: []string{"deletionVectors"}}},
+		{Metadata: &Metadata{ID: "id", PartitionColumns: []string{"day"}, Configuration: map[string]string{"k": "v"}}},
+		{Txn: &Txn{AppID: "app", Version: 1, LastUpdated: &one}},
+		{Add: &Add{Path: "a", PartitionValues: map[string]*string{"day": &day, "n": nil}, Size: 1,
+			DeletionVector: &DeletionVector{StorageType: "u", Cardinality: 1}}},
+		{Remove: &Remove{Path: "b", DeletionTimestamp: &one}},
 	}
-	seed, err := encodeCheckpoint(rows)
+	seed, err := encodeCheckpoint(acts)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -49,8 +51,8 @@ func writeCheckpoint(ctx context.Context, store storage.Storage, snap *Snapshot,
 	if err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
-	rows, nAdd := checkpointRows(snap, now.Add(-retention).UnixMilli())
-	data, err := encodeCheckpoint(rows)
+	acts, nAdd := checkpointActions(snap, now.Add(-retention).UnixMilli())
+	data, err := encodeCheckpoint(acts)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
@@ -68,63 +70,40 @@ func writeCheckpoint(ctx context.Context, store storage.Storage, snap *Snapshot,
 		return nil
 	}
 	size, adds := int64(len(data)), int64(nAdd)
-	lc := &LastCheckpoint{Version: snap.Version, Size: int64(len(rows)), SizeInBytes: &size, NumOfAddFiles: &adds}
+	lc := &LastCheckpoint{Version: snap.Version, Size: int64(len(acts)), SizeInBytes: &size, NumOfAddFiles: &adds}
 	if err := writeLastCheckpoint(ctx, store, lc); err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
 	return nil
 }
 
-// checkpointRows turns a snapshot into checkpoint rows, one action each:
-// protocol, metaData, (checkpointMetadata), txns and domains by name, adds
-// by path, then the tombstones deleted at or after minDeletion (Unix ms).
-// It also returns the number of adds.
-func checkpointRows(snap *Snapshot, minDeletion int64) ([]ckptRow, int) {
+// checkpointActions selects and orders the actions of a snapshot's
+// checkpoint: protocol, metaData, (checkpointMetadata), txns and domains by
+// name, adds by path, then the tombstones deleted at or after minDeletion
+// (Unix ms). It also returns the number of adds.
+func checkpointActions(snap *Snapshot, minDeletion int64) ([]Action, int) {
 	files := snap.Files()
 	tombs := snap.Tombstones()
 	txns := snap.Txns()
 	domains := snap.Domains()
-	rows := make([]ckptRow, 0, 3+len(txns)+len(domains)+len(files)+len(tombs))
-
-	p := snap.Protocol
-	rv, wv := int32(p.MinReaderVersion), int32(p.MinWriterVersion)
-	rows = append(rows, ckptRow{Protocol: &ckptProtocol{
-		MinReaderVersion: &rv, MinWriterVersion: &wv,
-		ReaderFeatures: p.ReaderFeatures, WriterFeatures: p.WriterFeatures,
-	}})
-	m := &snap.Metadata
-	rows = append(rows, ckptRow{Metadata: &ckptMetadata{
-		ID: &m.ID, Name: optStr(m.Name), Description: optStr(m.Description),
-		Format:       &ckptFormat{Provider: &m.Format.Provider, Options: nonNilMap(m.Format.Options)},
-		SchemaString: &m.SchemaString, PartitionColumns: nonNilSlice(m.PartitionColumns),
-		Configuration: nonNilMap(m.Configuration), CreatedTime: m.CreatedTime,
-	}})
+	acts := make([]Action, 0, 3+len(txns)+len(domains)+len(files)+len(tombs))
+	p, m := snap.Protocol, snap.Metadata
+	acts = append(acts, Action{Protocol: &p}, Action{Metadata: &m})
 	// A table with V2 checkpoints enabled may still use the classic name,
 	// but then the file must say which version it is (V2 spec).
-	if contains(p.WriterFeatures, "v2Checkpoint") {
-		v := snap.Version
-		rows = append(rows, ckptRow{CheckpointMetadata: &ckptCheckpointMetadata{Version: &v}})
+	if contains(p.WriterFeatures, FeatureV2Checkpoint) {
+		acts = append(acts, Action{CheckpointMetadata: &CheckpointMetadata{Version: snap.Version}})
 	}
 	for _, id := range sortedKeys(txns) {
 		t := txns[id]
-		rows = append(rows, ckptRow{Txn: &ckptTxn{AppID: &t.AppID, Version: &t.Version, LastUpdated: t.LastUpdated}})
+		acts = append(acts, Action{Txn: &t})
 	}
 	for _, name := range sortedKeys(domains) {
 		d := domains[name]
-		rows = append(rows, ckptRow{DomainMetadata: &ckptDomain{Domain: &d.Domain, Configuration: &d.Configuration, Removed: &d.Removed}})
+		acts = append(acts, Action{DomainMetadata: &d})
 	}
-	// One backing array for the adds: 100k small allocations would cost
-	// more than the encoding.
-	adds := make([]ckptAdd, len(files))
-	for i, a := range files {
-		adds[i] = ckptAdd{
-			Path: &a.Path, PartitionValues: nonNilMap(a.PartitionValues), Size: &a.Size,
-			ModificationTime: &a.ModificationTime, DataChange: &falseValue,
-			Tags: a.Tags, DeletionVector: ckptDV(a.DeletionVector), BaseRowID: a.BaseRowID,
-			DefaultRowCommitVersion: a.DefaultRowCommitVersion, Stats: optStr(a.Stats),
-			ClusteringProvider: optStr(a.ClusteringProvider),
-		}
-		rows = append(rows, ckptRow{Add: &adds[i]})
+	for _, a := range files {
+		acts = append(acts, Action{Add: a})
 	}
 	for _, r := range tombs {
 		// A tombstone without a deletion time counts as deleted at the
@@ -133,25 +112,72 @@ func checkpointRows(snap *Snapshot, minDeletion int64) ([]ckptRow, int) {
 		if r.DeletionTimestamp != nil {
 			ts = *r.DeletionTimestamp
 		}
-		if ts < minDeletion {
-			continue
+		if ts >= minDeletion {
+			acts = append(acts, Action{Remove: r})
 		}
-		rows = append(rows, ckptRow{Remove: &ckptRemove{
-			Path: &r.Path, DeletionTimestamp: r.DeletionTimestamp, DataChange: &falseValue,
-			ExtendedFileMetadata: r.ExtendedFileMetadata, PartitionValues: r.PartitionValues, Size: r.Size,
-			Tags: r.Tags, DeletionVector: ckptDV(r.DeletionVector), BaseRowID: r.BaseRowID,
-			DefaultRowCommitVersion: r.DefaultRowCommitVersion,
-		}})
 	}
-	return rows, len(files)
+	return acts, len(files)
 }
 
-// encodeCheckpoint writes rows as a Snappy-compressed Parquet file (Spark's
-// default codec, readable everywhere).
-func encodeCheckpoint(rows []ckptRow) ([]byte, error) {
+// ckptSchema is the checkpoint's Parquet schema, declared by the ckptRow
+// types below.
+var ckptSchema = parquet.SchemaOf(new(ckptRow))
+
+// ckptLeaves is the number of leaf columns under each top-level column, in
+// schema order: what a row of another action kind fills with nulls.
+var ckptLeaves = func() map[string]int {
+	var count func(n parquet.Node) int
+	count = func(n parquet.Node) int {
+		if n.Leaf() {
+			return 1
+		}
+		c := 0
+		for _, f := range n.Fields() {
+			c += count(f)
+		}
+		return c
+	}
+	out := map[string]int{}
+	for _, f := range ckptSchema.Fields() {
+		out[f.Name()] = count(f)
+	}
+	return out
+}()
+
+// encodeCheckpoint writes actions as a Snappy-compressed (Spark's default
+// codec, readable everywhere) Parquet checkpoint, one row per action.
+//
+// Rows are built as parquet.Row values with their levels set by hand
+// rather than through parquet-go's reflection writer: on a 100k-file table
+// that writer spends most of a checkpoint's time and allocations on
+// reflecting over maps and pointers. TestEncodeCheckpointMatchesReflection
+// keeps the two equal.
+func encodeCheckpoint(acts []Action) ([]byte, error) {
 	var buf bytes.Buffer
-	w := parquet.NewGenericWriter[ckptRow](&buf, parquet.Compression(&parquet.Snappy))
-	if _, err := w.Write(rows); err != nil {
+	w := parquet.NewWriter(&buf, ckptSchema, parquet.Compression(&parquet.Snappy))
+	const batch = 512
+	rows := make([]parquet.Row, 0, batch)
+	var e ckptEncoder
+	want := len(ckptSchema.Columns())
+	for i := range acts {
+		var r parquet.Row
+		if len(rows) < cap(rows) {
+			r = rows[:len(rows)+1][len(rows)][:0]
+		}
+		e.row, e.col = r, 0
+		e.action(&acts[i])
+		if e.col != want {
+			return nil, fmt.Errorf("encode checkpoint: action %d filled %d of %d columns", i, e.col, want)
+		}
+		rows = append(rows, e.row)
+		if len(rows) == batch {
+			if _, err := w.WriteRows(rows); err != nil {
+				return nil, fmt.Errorf("encode checkpoint: %w", err)
+			}
+			rows = rows[:0]
+		}
+	}
+	if _, err := w.WriteRows(rows); err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
 	if err := w.Close(); err != nil {
@@ -160,12 +186,250 @@ func encodeCheckpoint(rows []ckptRow) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// The ckpt* types below are the checkpoint's Parquet schema as Spark writes
-// it: one nullable struct column per action kind, every field nullable, maps
-// as MAP key_value groups and string lists as LIST. Pointers mark the
-// nullable fields; parquet-go writes a nil pointer, map or slice as null.
-// Values point into the snapshot's own actions, so building a row copies no
-// strings.
+// ckptEncoder builds one checkpoint row. Its methods append the value(s)
+// of one leaf column and move to the next; d is always the definition level
+// at which the field's parent group is present, so a null field is written
+// at d and a set one at d+1 (deeper for maps and lists).
+type ckptEncoder struct {
+	row  parquet.Row
+	col  int
+	keys []string // scratch for sorting map keys
+}
+
+func (e *ckptEncoder) put(v parquet.Value, rep, def int) {
+	e.row = append(e.row, v.Level(rep, def, e.col))
+}
+
+func (e *ckptEncoder) nulls(n, d int) {
+	for i := 0; i < n; i++ {
+		e.put(parquet.NullValue(), 0, d)
+		e.col++
+	}
+}
+
+// bytesOf views a string's bytes without copying; parquet-go copies the
+// value into its column buffer before WriteRows returns and never writes
+// through it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func (e *ckptEncoder) str(s string, d int) {
+	e.put(parquet.ByteArrayValue(bytesOf(s)), 0, d+1)
+	e.col++
+}
+
+// optStr writes "" (absent in the JSON form) as null.
+func (e *ckptEncoder) optStr(s string, d int) {
+	if s == "" {
+		e.nulls(1, d)
+		return
+	}
+	e.str(s, d)
+}
+
+func (e *ckptEncoder) i64(n int64, d int) {
+	e.put(parquet.Int64Value(n), 0, d+1)
+	e.col++
+}
+
+func (e *ckptEncoder) i64p(p *int64, d int) {
+	if p == nil {
+		e.nulls(1, d)
+		return
+	}
+	e.i64(*p, d)
+}
+
+func (e *ckptEncoder) i32(n int32, d int) {
+	e.put(parquet.Int32Value(n), 0, d+1)
+	e.col++
+}
+
+func (e *ckptEncoder) boolean(b bool, d int) {
+	e.put(parquet.BooleanValue(b), 0, d+1)
+	e.col++
+}
+
+func (e *ckptEncoder) boolp(p *bool, d int) {
+	if p == nil {
+		e.nulls(1, d)
+		return
+	}
+	e.boolean(*p, d)
+}
+
+// sorted returns the keys of m in order, in the encoder's scratch slice.
+func sorted[V any](e *ckptEncoder, m map[string]V) []string {
+	e.keys = e.keys[:0]
+	for k := range m {
+		e.keys = append(e.keys, k)
+	}
+	sort.Strings(e.keys)
+	return e.keys
+}
+
+// nullableMap writes a map<string,string> with nullable values (key and
+// value columns). A nil map is null when null is true, else empty.
+func (e *ckptEncoder) nullableMap(m map[string]*string, d int, null bool) {
+	if m == nil && null {
+		e.nulls(2, d)
+		return
+	}
+	if len(m) == 0 {
+		e.nulls(2, d+1)
+		return
+	}
+	keys := sorted(e, m)
+	for i, k := range keys {
+		e.put(parquet.ByteArrayValue(bytesOf(k)), min(i, 1), d+2)
+	}
+	e.col++
+	for i, k := range keys {
+		if v := m[k]; v != nil {
+			e.put(parquet.ByteArrayValue(bytesOf(*v)), min(i, 1), d+3)
+		} else {
+			e.put(parquet.NullValue(), min(i, 1), d+2)
+		}
+	}
+	e.col++
+}
+
+// plainMap is nullableMap for maps whose values are never null.
+func (e *ckptEncoder) plainMap(m map[string]string, d int, null bool) {
+	if m == nil && null {
+		e.nulls(2, d)
+		return
+	}
+	if len(m) == 0 {
+		e.nulls(2, d+1)
+		return
+	}
+	keys := sorted(e, m)
+	for i, k := range keys {
+		e.put(parquet.ByteArrayValue(bytesOf(k)), min(i, 1), d+2)
+	}
+	e.col++
+	for i, k := range keys {
+		e.put(parquet.ByteArrayValue(bytesOf(m[k])), min(i, 1), d+3)
+	}
+	e.col++
+}
+
+// list writes a list<string>; a nil list is null when null is true, else
+// empty.
+func (e *ckptEncoder) list(l []string, d int, null bool) {
+	switch {
+	case l == nil && null:
+		e.nulls(1, d)
+	case len(l) == 0:
+		e.nulls(1, d+1)
+	default:
+		for i, s := range l {
+			e.put(parquet.ByteArrayValue(bytesOf(s)), min(i, 1), d+3)
+		}
+		e.col++
+	}
+}
+
+func (e *ckptEncoder) dv(v *DeletionVector, d int) {
+	if v == nil {
+		e.nulls(6, d)
+		return
+	}
+	d++
+	e.str(v.StorageType, d)
+	e.str(v.PathOrInlineDv, d)
+	if v.Offset != nil {
+		e.i32(*v.Offset, d)
+	} else {
+		e.nulls(1, d)
+	}
+	e.i32(v.SizeInBytes, d)
+	e.i64(v.Cardinality, d)
+	e.i64p(v.MaxRowIndex, d)
+}
+
+// action writes one row: the action's own column group, nulls in the
+// others, in the order the ckptRow fields declare.
+func (e *ckptEncoder) action(a *Action) {
+	if t := a.Txn; t != nil {
+		e.str(t.AppID, 1)
+		e.i64(t.Version, 1)
+		e.i64p(t.LastUpdated, 1)
+	} else {
+		e.nulls(ckptLeaves["txn"], 0)
+	}
+	if f := a.Add; f != nil {
+		e.str(f.Path, 1)
+		e.nullableMap(f.PartitionValues, 1, false)
+		e.i64(f.Size, 1)
+		e.i64(f.ModificationTime, 1)
+		e.boolean(false, 1) // a checkpoint changes no data
+		e.plainMap(f.Tags, 1, true)
+		e.dv(f.DeletionVector, 1)
+		e.i64p(f.BaseRowID, 1)
+		e.i64p(f.DefaultRowCommitVersion, 1)
+		e.optStr(f.Stats, 1)
+		e.optStr(f.ClusteringProvider, 1)
+	} else {
+		e.nulls(ckptLeaves["add"], 0)
+	}
+	if r := a.Remove; r != nil {
+		e.str(r.Path, 1)
+		e.i64p(r.DeletionTimestamp, 1)
+		e.boolean(false, 1)
+		e.boolp(r.ExtendedFileMetadata, 1)
+		e.nullableMap(r.PartitionValues, 1, true)
+		e.i64p(r.Size, 1)
+		e.plainMap(r.Tags, 1, true)
+		e.dv(r.DeletionVector, 1)
+		e.i64p(r.BaseRowID, 1)
+		e.i64p(r.DefaultRowCommitVersion, 1)
+	} else {
+		e.nulls(ckptLeaves["remove"], 0)
+	}
+	if m := a.Metadata; m != nil {
+		e.str(m.ID, 1)
+		e.optStr(m.Name, 1)
+		e.optStr(m.Description, 1)
+		e.str(m.Format.Provider, 2)
+		e.plainMap(m.Format.Options, 2, false)
+		e.str(m.SchemaString, 1)
+		e.list(m.PartitionColumns, 1, false)
+		e.plainMap(m.Configuration, 1, false)
+		e.i64p(m.CreatedTime, 1)
+	} else {
+		e.nulls(ckptLeaves["metaData"], 0)
+	}
+	if p := a.Protocol; p != nil {
+		e.i32(int32(p.MinReaderVersion), 1)
+		e.i32(int32(p.MinWriterVersion), 1)
+		// Absent, not empty, before table features (reader 3 / writer 7).
+		e.list(p.ReaderFeatures, 1, true)
+		e.list(p.WriterFeatures, 1, true)
+	} else {
+		e.nulls(ckptLeaves["protocol"], 0)
+	}
+	if dm := a.DomainMetadata; dm != nil {
+		e.str(dm.Domain, 1)
+		e.str(dm.Configuration, 1)
+		e.boolean(dm.Removed, 1)
+	} else {
+		e.nulls(ckptLeaves["domainMetadata"], 0)
+	}
+	if cm := a.CheckpointMetadata; cm != nil {
+		e.i64(cm.Version, 1)
+		e.plainMap(cm.Tags, 1, true)
+	} else {
+		e.nulls(ckptLeaves["checkpointMetadata"], 0)
+	}
+}
+
+// The ckpt* types below declare the checkpoint's Parquet schema as Spark
+// writes it: one nullable struct column per action kind, every field
+// nullable, maps as MAP key_value groups with nullable values and string
+// lists as three-level LISTs with nullable elements. Only their types are
+// used (ckptSchema); encodeCheckpoint fills the columns in the order the
+// fields are declared here.
 type ckptRow struct {
 	Txn                *ckptTxn                `parquet:"txn"`
 	Add                *ckptAdd                `parquet:"add"`
@@ -197,7 +461,7 @@ type ckptAdd struct {
 	Size                    *int64              `parquet:"size"`
 	ModificationTime        *int64              `parquet:"modificationTime"`
 	DataChange              *bool               `parquet:"dataChange"`
-	Tags                    map[string]string   `parquet:"tags,optional"`
+	Tags                    map[string]*string  `parquet:"tags,optional"`
 	DeletionVector          *ckptDeletionVector `parquet:"deletionVector"`
 	BaseRowID               *int64              `parquet:"baseRowId"`
 	DefaultRowCommitVersion *int64              `parquet:"defaultRowCommitVersion"`
@@ -212,33 +476,33 @@ type ckptRemove struct {
 	ExtendedFileMetadata    *bool               `parquet:"extendedFileMetadata"`
 	PartitionValues         map[string]*string  `parquet:"partitionValues,optional"`
 	Size                    *int64              `parquet:"size"`
-	Tags                    map[string]string   `parquet:"tags,optional"`
+	Tags                    map[string]*string  `parquet:"tags,optional"`
 	DeletionVector          *ckptDeletionVector `parquet:"deletionVector"`
 	BaseRowID               *int64              `parquet:"baseRowId"`
 	DefaultRowCommitVersion *int64              `parquet:"defaultRowCommitVersion"`
 }
 
 type ckptFormat struct {
-	Provider *string           `parquet:"provider"`
-	Options  map[string]string `parquet:"options,optional"`
+	Provider *string            `parquet:"provider"`
+	Options  map[string]*string `parquet:"options,optional"`
 }
 
 type ckptMetadata struct {
-	ID               *string           `parquet:"id"`
-	Name             *string           `parquet:"name"`
-	Description      *string           `parquet:"description"`
-	Format           *ckptFormat       `parquet:"format"`
-	SchemaString     *string           `parquet:"schemaString"`
-	PartitionColumns []string          `parquet:"partitionColumns,optional,list"`
-	Configuration    map[string]string `parquet:"configuration,optional"`
-	CreatedTime      *int64            `parquet:"createdTime"`
+	ID               *string            `parquet:"id"`
+	Name             *string            `parquet:"name"`
+	Description      *string            `parquet:"description"`
+	Format           *ckptFormat        `parquet:"format"`
+	SchemaString     *string            `parquet:"schemaString"`
+	PartitionColumns []*string          `parquet:"partitionColumns,optional,list"`
+	Configuration    map[string]*string `parquet:"configuration,optional"`
+	CreatedTime      *int64             `parquet:"createdTime"`
 }
 
 type ckptProtocol struct {
-	MinReaderVersion *int32   `parquet:"minReaderVersion"`
-	MinWriterVersion *int32   `parquet:"minWriterVersion"`
-	ReaderFeatures   []string `parquet:"readerFeatures,optional,list"`
-	WriterFeatures   []string `parquet:"writerFeatures,optional,list"`
+	MinReaderVersion *int32    `parquet:"minReaderVersion"`
+	MinWriterVersion *int32    `parquet:"minWriterVersion"`
+	ReaderFeatures   []*string `parquet:"readerFeatures,optional,list"`
+	WriterFeatures   []*string `parquet:"writerFeatures,optional,list"`
 }
 
 type ckptDomain struct {
@@ -248,43 +512,8 @@ type ckptDomain struct {
 }
 
 type ckptCheckpointMetadata struct {
-	Version *int64            `parquet:"version"`
-	Tags    map[string]string `parquet:"tags,optional"`
-}
-
-// falseValue is what dataChange points at: a checkpoint changes no data.
-var falseValue = false
-
-func ckptDV(d *DeletionVector) *ckptDeletionVector {
-	if d == nil {
-		return nil
-	}
-	return &ckptDeletionVector{StorageType: &d.StorageType, PathOrInlineDv: &d.PathOrInlineDv, Offset: d.Offset,
-		SizeInBytes: &d.SizeInBytes, Cardinality: &d.Cardinality, MaxRowIndex: d.MaxRowIndex}
-}
-
-// optStr maps "" (absent in the JSON form) to null.
-func optStr(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// nonNilMap returns m, or an empty map for nil: the protocol requires these
-// maps, and readers treat a null one differently from an empty one.
-func nonNilMap[V any](m map[string]V) map[string]V {
-	if m == nil {
-		return map[string]V{}
-	}
-	return m
-}
-
-func nonNilSlice(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
+	Version *int64             `parquet:"version"`
+	Tags    map[string]*string `parquet:"tags,optional"`
 }
 
 // tableDuration reads a duration table property in Delta's interval syntax
