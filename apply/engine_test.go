@@ -159,7 +159,7 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 	// back to (null, lsn), so key 4 is applied.
 	p.send(k, []byte(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1)), 2)
 	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2) // null sequence
-	p.send(nil, nil, 0) // a Kafka tombstone: skipped, not applied
+	p.send(nil, nil, 0)                                                                                                                                  // a Kafka tombstone: skipped, not applied
 	waitPositions(t, table, "shop", "orders", p.ends)
 	// A late batch with older events, then a replay of the first batch.
 	p.change(1, 22, "u", "paid-late")
