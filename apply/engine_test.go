@@ -155,11 +155,14 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 	k, v := dbzOrders(4, 40, "c", "x")
 	p.send(k, []byte(`{"schema":`), 0)                                          // malformed JSON
 	p.send(k, []byte(strings.Replace(string(v), `"op":"c"`, `"op":"x"`, 1)), 1) // unknown op
+	// Neither source.sequence nor source.lsn (the second send below): a
+	// null sequence, quarantined.
 	// No source.sequence but source.lsn: the PostgreSQL sequence falls
 	// back to (null, lsn), so key 4 is applied.
 	p.send(k, []byte(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1)), 2)
-	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2) // null sequence
-	p.send(nil, nil, 0)                                                                                                                                  // a Kafka tombstone: skipped, not applied
+	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2)
+	// A Kafka tombstone (null value after a delete): skipped, not applied.
+	p.send(nil, nil, 0)
 	waitPositions(t, table, "shop", "orders", p.ends)
 	// A late batch with older events, then a replay of the first batch.
 	p.change(1, 22, "u", "paid-late")
