@@ -61,7 +61,8 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 	p := &avroPlan{root: root, roles: make([]avroRole, len(root.Fields))}
 	// Transaction metadata keeps its own shape under the flattening
 	// transform; its fields (status, id, event_count) are never columns.
-	flat := d.cfg.envelope == EnvelopeFlattened && root.Field("status") < 0
+	flat := d.cfg.envelope == EnvelopeFlattened && root.Field("status") < 0 &&
+		!(len(root.Fields) > 0 && heartbeatShape(root.Fields[0].Name, len(root.Fields)))
 	var cols []schema.Field
 	for i, f := range root.Fields {
 		if flat {
@@ -94,14 +95,20 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 		switch f.Name {
 		case "before", "after":
 			n, _ := f.Node.Unwrap()
-			if n.Kind != schema.AvroRecord {
+			var rt *schema.Type
+			switch n.Kind {
+			case schema.AvroRecord:
+				rt = n.Col
+			case schema.AvroString:
+				rt = schema.NewStruct("", []schema.Field{{Name: DocumentColumn, Type: n.Col}}, &d.cfg.opts)
+			default:
 				p.roles[i] = avroRole{role: roleOther}
 				continue
 			}
 			if f.Name == "before" {
-				p.roles[i], p.before = avroRole{role: roleBefore}, n.Col
+				p.roles[i], p.before = avroRole{role: roleBefore}, rt
 			} else {
-				p.roles[i], p.after = avroRole{role: roleAfter}, n.Col
+				p.roles[i], p.after = avroRole{role: roleAfter}, rt
 			}
 		case "source":
 			p.roles[i] = avroRole{role: roleSource}
@@ -136,6 +143,11 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 	}
 	return p
 }
+
+// heartbeatShape reports whether a value whose first field is called first
+// and which has n fields is a heartbeat: Debezium's heartbeat value is
+// {ts_ms} alone, which the flattening transform passes through.
+func heartbeatShape(first string, n int) bool { return n == 1 && first == "ts_ms" }
 
 func indexOf(list []string, s string) int {
 	for i, v := range list {
@@ -300,8 +312,15 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 	return nil
 }
 
-// avroRow reads an optional row record.
+// avroRow reads an optional row record (or document string).
 func avroRow(r *avroReader, n *schema.AvroNode, rt *schema.Type) (Row, error) {
+	if inner, _ := n.Unwrap(); inner.Kind == schema.AvroString {
+		v, err := avroVal(r, n, 0)
+		if err != nil || v.IsNull() {
+			return Row{}, err
+		}
+		return Row{Type: rt, Values: []schema.Value{v}}, nil
+	}
 	rec, branch := n.Unwrap()
 	if branch >= 0 {
 		idx := r.long()

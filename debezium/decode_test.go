@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
+	"github.com/linkedin/goavro/v2"
 )
 
 // expectRow checks a decoded image value by value against r.
@@ -226,7 +227,12 @@ func TestKeyColumnsOverride(t *testing.T) {
 }
 
 func TestNonChangeClasses(t *testing.T) {
-	d := newPG(t)
+	for _, shape := range []Envelope{EnvelopeDebezium, EnvelopeFlattened} {
+		testNonChangeClasses(t, newPG(t, EnvelopeShape(shape)))
+	}
+}
+
+func testNonChangeClasses(t *testing.T, d *Decoder) {
 	ctx := context.Background()
 	cases := []struct {
 		name  string
@@ -448,5 +454,89 @@ func TestRegistryAuthTLSAndCache(t *testing.T) {
 				t.Errorf("%s: without credentials: %v", tc.name, err)
 			}
 		}
+	}
+}
+
+// TestDecodeMongoDB decodes the MongoDB connector's envelope as its docs
+// show it: before and after are JSON documents in strings, the source
+// carries the collection and the cluster time (ts_ms, ord).
+func TestDecodeMongoDB(t *testing.T) {
+	value := `{"schema":{"type":"struct","fields":[` +
+		`{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"before"},` +
+		`{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"after"},` +
+		`{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":true,"field":"snapshot"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":false,"field":"rs"},{"type":"string","optional":false,"field":"collection"},{"type":"int32","optional":false,"field":"ord"},{"type":"int64","optional":true,"field":"txnNumber"}],"optional":false,"name":"io.debezium.connector.mongo.Source","field":"source"},` +
+		`{"type":"string","optional":true,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"}],"optional":false,"name":"fulfillment.inventory.customers.Envelope"},` +
+		`"payload":{"before":null,"after":"{\"_id\": {\"$numberLong\": \"1004\"},\"first_name\": \"Anne\"}",` +
+		`"source":{"version":"2.7.0.Final","connector":"mongodb","name":"fulfillment","ts_ms":1558965508000,"snapshot":"false","db":"inventory","rs":"rs0","collection":"customers","ord":31,"txnNumber":null},"op":"c","ts_ms":1558965515240}}`
+	key := `{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"id"}],"optional":false,"name":"fulfillment.inventory.customers.Key"},"payload":{"id":"1004"}}`
+	d, err := New(SourceConnector(ConnectorMongoDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := d.Decode(context.Background(), rec("fulfillment.inventory.customers", 1, []byte(key), []byte(value)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Op != OpCreate || ch.Table != (Table{Database: "inventory", Table: "customers"}) {
+		t.Fatalf("mongo change %+v", ch)
+	}
+	doc, ok := ch.After.Get(DocumentColumn)
+	if !ok || !doc.Equal(schema.String(`{"_id": {"$numberLong": "1004"},"first_name": "Anne"}`)) {
+		t.Errorf("document %#v", doc)
+	}
+	if ch.Seq.String() != "mongodb(1558965508000,31)" || !ch.Key.Values[0].Equal(schema.String("1004")) {
+		t.Errorf("seq %s key %+v", ch.Seq, ch.Key)
+	}
+}
+
+func TestDecodeAvroFlattenedAndMarkers(t *testing.T) {
+	flatSchema := `{"type":"record","name":"Value","namespace":"dbserver1.public.customers","fields":` +
+		avroValueColumns[:len(avroValueColumns)-1] +
+		`,{"name":"__op","type":["null","string"],"default":null},{"name":"__lsn","type":["null","long"],"default":null},` +
+		`{"name":"__source_ts_ms","type":["null","long"],"default":null},{"name":"__deleted","type":["null","string"],"default":null}]}`
+	txSchema := `{"type":"record","name":"TransactionMetadataValue","namespace":"io.debezium.connector.common","fields":[` +
+		`{"name":"status","type":"string"},{"name":"id","type":"string"},{"name":"event_count","type":["null","long"],"default":null},` +
+		`{"name":"data_collections","type":["null",{"type":"array","items":{"type":"record","name":"ConnectDefault","namespace":"io.confluent.connect.avro","fields":[{"name":"data_collection","type":"string"},{"name":"event_count","type":"long"}]}}],"default":null},` +
+		`{"name":"ts_ms","type":"long"}]}`
+	hbSchema := `{"type":"record","name":"Heartbeat","namespace":"io.debezium.connector.common","fields":[{"name":"ts_ms","type":"long"}]}`
+	reg := mapRegistry{1: flatSchema, 2: txSchema, 3: hbSchema, avroKeyID: avroKeySchema}
+	d, err := New(SourceConnector(ConnectorPostgres), ValueFormat(FormatAvro), SchemaRegistry(reg), EnvelopeShape(EnvelopeFlattened))
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(schemaText string, id int, native map[string]any) []byte {
+		codec, err := goavro.NewCodec(schemaText)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := codec.BinaryFromNative(nil, native)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wire(id, b)
+	}
+	r := sampleRow(11)
+	native := r.avroNative()
+	native["__op"] = goavro.Union("string", "d")
+	native["__lsn"] = goavro.Union("long", int64(777))
+	native["__source_ts_ms"] = goavro.Union("long", int64(1700000000000))
+	native["__deleted"] = goavro.Union("string", "true")
+	ch, err := d.Decode(context.Background(), rec("dbserver1.public.customers", 1, avroKey(t, 11), encode(flatSchema, 1, native)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Op != OpDelete || ch.After.Present() || ch.SourceTsMs != 1700000000000 || ch.Seq.String() != "postgresql(null,0/309)" {
+		t.Fatalf("avro flattened delete %+v seq %s", ch, ch.Seq)
+	}
+	expectRow(t, ch.Before, r)
+	tx := encode(txSchema, 2, map[string]any{"status": "END", "id": "571:53195832", "event_count": goavro.Union("long", int64(2)),
+		"data_collections": goavro.Union("array", []any{map[string]any{"data_collection": "s1.a", "event_count": int64(2)}}), "ts_ms": int64(1)})
+	ch, err = d.Decode(context.Background(), rec("dbserver1.transaction", 2, nil, tx))
+	if err != nil || ch.Class != ClassTransaction || ch.Tx.Status != "END" || ch.Tx.EventCount != 2 || ch.Tx.ID != "571:53195832" {
+		t.Fatalf("avro transaction %+v %v", ch, err)
+	}
+	ch, err = d.Decode(context.Background(), rec("dbserver1.public.customers", 3, nil, encode(hbSchema, 3, map[string]any{"ts_ms": int64(5)})))
+	if err != nil || ch.Class != ClassHeartbeat {
+		t.Fatalf("avro heartbeat shape %+v %v", ch, err)
 	}
 }

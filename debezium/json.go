@@ -24,12 +24,8 @@ func newJSONPlan(text []byte, env *schema.Type, err error, opts *schema.Options)
 	if env == nil || env.Base != schema.BaseStruct {
 		return p
 	}
-	if i := env.Field("before"); i >= 0 && env.Fields[i].Type.Base == schema.BaseStruct {
-		p.before = env.Fields[i].Type
-	}
-	if i := env.Field("after"); i >= 0 && env.Fields[i].Type.Base == schema.BaseStruct {
-		p.after = env.Fields[i].Type
-	}
+	p.before = imageType(env, "before", opts)
+	p.after = imageType(env, "after", opts)
 	cols := make([]schema.Field, 0, len(env.Fields))
 	for _, f := range env.Fields {
 		if !strings.HasPrefix(f.Name, "__") {
@@ -38,6 +34,31 @@ func newJSONPlan(text []byte, env *schema.Type, err error, opts *schema.Options)
 	}
 	p.row = schema.NewStruct(env.Name, cols, opts)
 	return p
+}
+
+// DocumentColumn is the single column of a row image that Debezium sends
+// as one JSON document (MongoDB's before and after) instead of a struct.
+const DocumentColumn = "document"
+
+// imageType returns the row type of the envelope's before or after field:
+// its struct type, or for a document image (a string field, MongoDB) a
+// one-column row holding the document text.
+func imageType(env *schema.Type, name string, opts *schema.Options) *schema.Type {
+	i := env.Field(name)
+	if i < 0 {
+		return nil
+	}
+	switch ft := env.Fields[i].Type; ft.Base {
+	case schema.BaseStruct:
+		return ft
+	case schema.BaseString:
+		return schema.NewStruct("", []schema.Field{{Name: DocumentColumn, Type: ft}}, opts)
+	}
+	return nil
+}
+
+func isDocumentRow(rt *schema.Type) bool {
+	return len(rt.Fields) == 1 && rt.Fields[0].Name == DocumentColumn && rt.Fields[0].Type.Base == schema.BaseString
 }
 
 func tablePlan(rt *schema.Type) *jsonPlan {
@@ -143,7 +164,8 @@ func (d *Decoder) tablePlans(topic string) *jsonPlan {
 // jsonBody reads the members of the envelope (or flattened row) whose '{'
 // has been consumed.
 func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection {
-	flat := d.cfg.envelope == EnvelopeFlattened && !isTransactionTopic(env.pos.Topic)
+	flat := d.cfg.envelope == EnvelopeFlattened && !isTransactionTopic(env.pos.Topic) &&
+		!(plan != nil && plan.row != nil && len(plan.row.Fields) > 0 && heartbeatShape(plan.row.Fields[0].Name, len(plan.row.Fields)))
 	if plan != nil {
 		env.tables = &plan.tables
 	}
@@ -161,6 +183,7 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 		}
 	}
 	next := 0
+	var unknown []byte // first flattened member that is no column
 	for first := true; ; first = false {
 		key, esc, ok := s.member(first)
 		if !ok {
@@ -200,10 +223,13 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 			if d.envelopeMember(s, key, env) {
 				continue
 			}
-			if row == nil {
-				return reject(env.pos, ReasonNoTableSchema, nil, "no schema for column %q", truncateBytes(key))
+			// Decide after the whole value: a schema change event (ddl) has
+			// members no table has.
+			if unknown == nil {
+				unknown = key
 			}
-			return reject(env.pos, ReasonUnknownColumn, nil, "column %q is not in the table schema", truncateBytes(key))
+			s.skip()
+			continue
 		}
 		switch string(key) {
 		case "before", "after":
@@ -224,9 +250,18 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 				}
 				return reject(env.pos, ReasonNoTableSchema, nil, "no schema for the %s image", key)
 			}
-			r, rej := jsonRow(s, rt, env.pos)
-			if rej != nil {
-				return rej
+			var r Row
+			if s.peek() == '"' && isDocumentRow(rt) {
+				v, err := jsonVal(s, rt.Fields[0].Type, 0)
+				if err != nil {
+					return valueRejection(env.pos, err, string(key)+" document")
+				}
+				r = Row{Type: rt, Values: []schema.Value{v}}
+			} else {
+				var rej *Rejection
+				if r, rej = jsonRow(s, rt, env.pos); rej != nil {
+					return rej
+				}
 			}
 			if key[0] == 'b' {
 				env.before = r
@@ -253,6 +288,12 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 	}
 	if s.err != nil {
 		return reject(env.pos, ReasonMalformedJSON, s.err, "value")
+	}
+	if unknown != nil && !env.sawDDL {
+		if row == nil {
+			return reject(env.pos, ReasonNoTableSchema, nil, "no schema for column %q", truncateBytes(unknown))
+		}
+		return reject(env.pos, ReasonUnknownColumn, nil, "column %q is not in the table schema", truncateBytes(unknown))
 	}
 	if flat && env.sawRow {
 		env.after = Row{Type: row, Values: vals}
