@@ -679,3 +679,73 @@ func TestEncodeCheckpointMatchesReflection(t *testing.T) {
 		t.Errorf("reflection reader sees add %+v", back[len(back)-6].Add)
 	}
 }
+
+// TestCheckpointSchemaMatchesSpark compares the schema we write with the
+// one Spark 3.5 wrote for a V2 checkpoint (golden/v2-checkpoint-parquet,
+// which has every action column): every leaf we write must exist in
+// Spark's with the same physical type and repetition, since Spark and
+// delta-rs resolve checkpoint columns by name and type. Spark's columns we
+// leave out are listed.
+func TestCheckpointSchemaMatchesSpark(t *testing.T) {
+	dir := ckptTable(t, "golden/v2-checkpoint-parquet")
+	matches, err := filepath.Glob(filepath.Join(dir, LogDir, "*.checkpoint.*.parquet"))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("spark checkpoint: %v %v", matches, err)
+	}
+	data, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type leaf struct {
+		kind     parquet.Kind
+		optional bool
+		repeated bool // some ancestor is repeated
+	}
+	leaves := func(n parquet.Node) map[string]leaf {
+		out := map[string]leaf{}
+		var walk func(n parquet.Node, path string, rep bool)
+		walk = func(n parquet.Node, path string, rep bool) {
+			rep = rep || n.Repeated()
+			if n.Leaf() {
+				out[path] = leaf{n.Type().Kind(), n.Optional(), rep}
+				return
+			}
+			for _, ch := range n.Fields() {
+				p := ch.Name()
+				if path != "" {
+					p = path + "." + p
+				}
+				walk(ch, p, rep)
+			}
+		}
+		walk(n, "", false)
+		return out
+	}
+	ours, spark := leaves(ckptSchema), leaves(f.Schema())
+	for p, l := range ours {
+		s, ok := spark[p]
+		if !ok {
+			t.Errorf("we write %s, Spark has no such column", p)
+			continue
+		}
+		if s.kind != l.kind || s.repeated != l.repeated || (!s.repeated && s.optional != l.optional) {
+			t.Errorf("%s: ours %+v, Spark %+v", p, l, s)
+		}
+	}
+	var left []string
+	for p := range spark {
+		if _, ok := ours[p]; !ok {
+			left = append(left, p)
+		}
+	}
+	sort.Strings(left)
+	want := []string{"remove.stats", "sidecar.modificationTime", "sidecar.path", "sidecar.sizeInBytes",
+		"sidecar.tags.key_value.key", "sidecar.tags.key_value.value"}
+	if !reflect.DeepEqual(left, want) {
+		t.Errorf("Spark columns we do not write: %v, want %v", left, want)
+	}
+}
