@@ -263,3 +263,7 @@ func dvRelativePath(s string) (string, error) {
 	}
 	return path.Join(prefix, name), nil
 }
+
+// Storage returns the storage the table is read and written through, for
+// maintenance that rewrites data files (purge, compaction) next to it.
+func (t *Table) Storage() storage.Storage { return t.store }
