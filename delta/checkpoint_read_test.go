@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -511,4 +514,68 @@ func FuzzCheckpointDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeCheckpointManyRowGroupsAndPages: rows spread over several row
+// groups and small pages (maps and lists crossing page boundaries) decode
+// to the same actions as one big group.
+func TestDecodeCheckpointManyRowGroupsAndPages(t *testing.T) {
+	var acts []Action
+	acts = append(acts, Action{Protocol: &Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+		ReaderFeatures: []string{"deletionVectors"}, WriterFeatures: []string{"deletionVectors", "domainMetadata"}}})
+	for i := 0; i < 300; i++ {
+		pv := map[string]*string{"a": ckptStr(fmt.Sprint(i % 7)), "b": nil, "c": ckptStr(strings.Repeat("x", i%50))}
+		add := &Add{Path: fmt.Sprintf("f-%04d.parquet", i), PartitionValues: pv, Size: int64(i), ModificationTime: int64(i * 10),
+			Stats: fmt.Sprintf(`{"numRecords":%d}`, i)}
+		if i%3 == 0 {
+			add.Tags = map[string]string{"k": fmt.Sprint(i)}
+		}
+		if i%5 == 0 {
+			add.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprint("dv", i), SizeInBytes: 1, Cardinality: int64(i)}
+		}
+		acts = append(acts, Action{Add: add})
+		if i%11 == 0 {
+			acts = append(acts, Action{Txn: &Txn{AppID: fmt.Sprint("app-", i), Version: int64(i)}})
+		}
+	}
+	rows := make([]ckptRow, len(acts))
+	for i, a := range acts {
+		rows[i] = ckptRowOf(a)
+	}
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[ckptRow](&buf, parquet.MaxRowsPerRowGroup(37), parquet.PageBufferSize(512),
+		parquet.Compression(&parquet.Zstd))
+	if _, err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.RowGroups()) < 5 {
+		t.Fatalf("only %d row groups", len(f.RowGroups()))
+	}
+	got, err := ckptDecodeParquet(buf.Bytes(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(acts) {
+		t.Fatalf("decoded %d of %d actions", len(got), len(acts))
+	}
+	for i := range acts {
+		want := acts[i]
+		if want.Add != nil {
+			w := *want.Add
+			w.DataChange = false
+			want.Add = &w
+		}
+		g, _ := json.Marshal(got[i])
+		e, _ := json.Marshal(want)
+		if !bytes.Equal(g, e) {
+			t.Fatalf("action %d:\ngot  %s\nwant %s", i, g, e)
+		}
+	}
 }
