@@ -201,6 +201,23 @@ func realDecoders(t *testing.T, runs []realRun) map[string]*Decoder {
 		}
 		out["postgres-flat"] = d
 	}
+	if run, ok := findRun(runs, "postgres-avro"); ok {
+		d, err := New(SourceConnector(ConnectorPostgres), ValueFormat(FormatAvro), SchemaRegistry(run.schemas))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["postgres-avro"] = d
+	}
+	if _, ok := findRun(runs, "postgres-jsonmodes"); ok {
+		// binary.handling.mode=hex sends bytea as hex text in string
+		// columns; decimal.handling.mode=string sends numerics as text.
+		d, err := New(SourceConnector(ConnectorPostgres), BinaryHandling(schema.BinaryHex),
+			BinaryColumns("c_bytea", "blob"), DecimalHandling(schema.DecimalString))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["postgres-jsonmodes"] = d
+	}
 	if _, ok := findRun(runs, "postgres-jsonnoschema"); ok {
 		opts := []Option{SourceConnector(ConnectorPostgres)}
 		for table, rt := range inlineRowTypes(t, json) {
@@ -294,7 +311,7 @@ func TestRealFixturesAgreeAcrossForms(t *testing.T) {
 	decs := realDecoders(t, runs)
 	jsonRun, _ := findRun(runs, "postgres-json")
 	base := decodeRun(t, jsonRun, decs["postgres-json"])
-	for _, other := range []struct{ run, prefix string }{{"postgres-jsonnoschema", "postgres_jsonnoschema"}, {"postgres-flat", "postgres_flat"}} {
+	for _, other := range []struct{ run, prefix string }{{"postgres-jsonnoschema", "postgres_jsonnoschema"}, {"postgres-flat", "postgres_flat"}, {"postgres-avro", "postgres_avro"}} {
 		run, ok := findRun(runs, other.run)
 		if !ok {
 			continue

@@ -270,3 +270,65 @@ func TestRealFixtureValues(t *testing.T) {
 		t.Errorf("no END marker with 5 events among %v", ends)
 	}
 }
+
+// TestRealFixtureHandlingModes checks the run recorded with non-default
+// handling modes (binary hex, decimal string, time precision connect,
+// interval string, hstore map) value by value: the mode-dependent columns
+// against their documented forms, every other column against the default
+// run.
+func TestRealFixtureHandlingModes(t *testing.T) {
+	runs := requireRealRuns(t)
+	modesRun, ok := findRun(runs, "postgres-jsonmodes")
+	if !ok {
+		t.Skip("no postgres-jsonmodes recording")
+	}
+	decs := realDecoders(t, runs)
+	baseRun, _ := findRun(runs, "postgres-json")
+	base := changesOf(decodeRun(t, baseRun, decs["postgres-json"]), "postgres_json", "all_types")
+	modes := changesOf(decodeRun(t, modesRun, decs["postgres-jsonmodes"]), "postgres_jsonmodes", "all_types")
+	if len(modes) != len(base) || len(modes) < 5 {
+		t.Fatalf("%d changes, want %d", len(modes), len(base))
+	}
+	st, err := modes[0].After.Type.DeltaSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"c_bytea": "binary", "c_numeric": "string", "c_time": "long", "c_timestamp": "timestamp",
+		"c_interval": "string", "c_hstore": "map<string,string>",
+	} {
+		if f, _, ok := st.Field(name); !ok || f.Type.String() != want {
+			t.Errorf("%s: delta type %v, want %s", name, f.Type, want)
+		}
+	}
+	ns := func(h, m, s, ms int64) schema.Value { return schema.Int(((h*60+m)*60+s)*1e9 + ms*1e6) }
+	special := map[string]bool{"c_numeric": true, "c_numeric_var": true, "c_money": true, "c_time": true, "c_timestamp": true, "c_interval": true, "c_hstore": true}
+	checkColumns(t, "modes id 1", modes[0].After, map[string]schema.Value{
+		"c_bytea":       schema.Bytes(unhex("deadbeef00ff")),
+		"c_numeric":     schema.String("12345678.9012"),
+		"c_numeric_var": schema.String("3.14159265358979323846264338327950288"),
+		"c_money":       schema.String("1234.56"),
+		"c_time":        ns(13, 45, 56, 123), // connect precision: milliseconds
+		"c_timestamp":   schema.Int(tsMicros("2024-02-29T13:45:56.123Z")),
+		"c_interval":    schema.String("P1Y2M3DT4H5M6.789S"),
+		"c_hstore":      schema.Map(schema.String("k1"), schema.String("v1"), schema.String("k2"), schema.Null),
+	})
+	checkColumns(t, "modes id 3", modes[2].After, map[string]schema.Value{
+		"c_bytea":     schema.Bytes([]byte{}),
+		"c_timestamp": schema.Int(schema.MaxTimestampMicros),
+		"c_date":      schema.Int(schema.MaxDateDays),
+		"c_hstore":    schema.Map(),
+	})
+	for i := range base {
+		for _, c := range base[i].After.Columns() {
+			if special[c.Name] || !base[i].After.Present() {
+				continue
+			}
+			want, _ := base[i].After.Get(c.Name)
+			got, _ := modes[i].After.Get(c.Name)
+			if !got.Equal(want) {
+				t.Errorf("change %d column %s = %#v, want %#v as in the default run", i, c.Name, got, want)
+			}
+		}
+	}
+}

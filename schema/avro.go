@@ -160,7 +160,11 @@ func (p *avroParser) object(r map[string]any, ns string) (*AvroNode, error) {
 				n.params["scale"] = "0"
 			}
 		}
-		if _, ok := n.params["connect.decimal.precision"]; !ok {
+		// A Connect schema without a precision (PostgreSQL money, numeric
+		// without precision) gets the AvroConverter's placeholder precision
+		// 64 in Avro; only a schema that did not come from Connect has a
+		// real one.
+		if _, ok := n.params["connect.decimal.precision"]; !ok && n.connectName == "" {
 			if pr, ok := r["precision"].(float64); ok {
 				n.params["connect.decimal.precision"] = strconv.Itoa(int(pr))
 			}

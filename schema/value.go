@@ -85,8 +85,14 @@ var Unavailable = Value{Kind: KindUnavailable}
 // Int returns an integer-kinded value.
 func Int(v int64) Value { return Value{Kind: KindInt, I: v} }
 
-// Float returns a float-kinded value.
-func Float(v float64) Value { return Value{Kind: KindFloat, I: int64(math.Float64bits(v))} }
+// Float returns a float-kinded value. NaN is stored in one canonical form
+// so that equal values compare equal whatever NaN payload the source sent.
+func Float(v float64) Value {
+	if v != v {
+		v = math.NaN()
+	}
+	return Value{Kind: KindFloat, I: int64(math.Float64bits(v))}
+}
 
 // Bool returns a boolean value.
 func Bool(v bool) Value {
