@@ -54,6 +54,25 @@ type Metadata struct {
 // Schema parses SchemaString.
 func (m *Metadata) Schema() (StructType, error) { return ParseSchema(m.SchemaString) }
 
+// MarshalJSON writes an unset partitionColumns, configuration or
+// format.options as empty rather than null: the protocol requires them,
+// and delta-rs refuses to load a commit whose partitionColumns is null
+// (found by the interop test's time travel over an unpartitioned table).
+func (m Metadata) MarshalJSON() ([]byte, error) {
+	type plain Metadata // no methods: no recursion
+	p := plain(m)
+	if p.PartitionColumns == nil {
+		p.PartitionColumns = []string{}
+	}
+	if p.Configuration == nil {
+		p.Configuration = map[string]string{}
+	}
+	if p.Format.Options == nil {
+		p.Format.Options = map[string]string{}
+	}
+	return json.Marshal(p)
+}
+
 // DeletionVector is the deletion vector descriptor of an add or remove.
 type DeletionVector struct {
 	// StorageType is "u" (relative path from a UUID), "i" (inline) or "p" (absolute path).
