@@ -2,6 +2,7 @@ package interop_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -21,8 +22,8 @@ type writtenByDeltalake struct {
 // TestDeltalakeTablesReadByUs has delta-rs write tables through creates,
 // appends, a delete, a merge, a predicate overwrite and a checkpoint, with
 // app transactions, and checks that our log replay and data file reader
-// see exactly what deltalake itself reads back: the version, the
-// checkpoint replay starts from, the live files, the txn versions and
+// see exactly what deltalake itself reads back, at the latest version and
+// at every earlier one (time travel): the live files, the txn versions and
 // every row.
 func TestDeltalakeTablesReadByUs(t *testing.T) {
 	dir := t.TempDir()
@@ -35,9 +36,10 @@ func TestDeltalakeTablesReadByUs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			root := filepath.Join(dir, name)
-			want := readWithDeltalake(t, root, appIDs...)
+			want := readWithDeltalake(t, root, true, appIDs...)
+			table := delta.Open(storage.NewLocal(root))
 
-			snap, err := delta.Open(storage.NewLocal(root)).Snapshot(ctx)
+			snap, err := table.Snapshot(ctx)
 			if err != nil {
 				t.Fatalf("load snapshot: %v", err)
 			}
@@ -49,30 +51,48 @@ func TestDeltalakeTablesReadByUs(t *testing.T) {
 			if got := snap.CheckpointVersion(); got != 3 {
 				t.Errorf("replay started from checkpoint %d, want the one deltalake wrote at 3", got)
 			}
-			if strings.Join(snap.Metadata.PartitionColumns, ",") != strings.Join(want.PartitionColumns, ",") {
-				t.Errorf("partition columns: we read %q, deltalake %q", snap.Metadata.PartitionColumns, want.PartitionColumns)
-			}
+			compareSnapshot(t, ctx, root, snap, want, appIDs)
 
-			var files []string
-			for _, a := range snap.Files() {
-				p, abs, err := delta.DecodePath(a.Path)
+			for _, old := range want.History {
+				snap, err := table.SnapshotAt(ctx, old.Version)
 				if err != nil {
-					t.Fatalf("decode path %q: %v", a.Path, err)
+					t.Fatalf("load version %d: %v", old.Version, err)
 				}
-				if abs {
-					t.Fatalf("deltalake wrote an absolute path %q", a.Path)
-				}
-				files = append(files, p)
+				t.Run(fmt.Sprintf("v%d", old.Version), func(t *testing.T) {
+					compareSnapshot(t, ctx, root, snap, old, appIDs)
+				})
 			}
-			sort.Strings(files)
-			if !reflect.DeepEqual(files, want.Files) {
-				t.Errorf("live files:\n we:        %q\n deltalake: %q", files, want.Files)
-			}
-
-			compareTxns(t, snap, want, appIDs)
-			compareDeltalakeRows(t, ctx, root, snap, want)
 		})
 	}
+}
+
+// compareSnapshot checks our snapshot of a deltalake-written table against
+// deltalake's view of the same version.
+func compareSnapshot(t *testing.T, ctx context.Context, root string, snap *delta.Snapshot, want pyTable, appIDs []string) {
+	t.Helper()
+	if snap.Version != want.Version {
+		t.Fatalf("comparing our version %d with deltalake's %d", snap.Version, want.Version)
+	}
+	if strings.Join(snap.Metadata.PartitionColumns, ",") != strings.Join(want.PartitionColumns, ",") {
+		t.Errorf("partition columns: we read %q, deltalake %q", snap.Metadata.PartitionColumns, want.PartitionColumns)
+	}
+	var files []string
+	for _, a := range snap.Files() {
+		p, abs, err := delta.DecodePath(a.Path)
+		if err != nil {
+			t.Fatalf("decode path %q: %v", a.Path, err)
+		}
+		if abs {
+			t.Fatalf("deltalake wrote an absolute path %q", a.Path)
+		}
+		files = append(files, p)
+	}
+	sort.Strings(files)
+	if !reflect.DeepEqual(files, want.Files) {
+		t.Errorf("live files:\n we:        %q\n deltalake: %q", files, want.Files)
+	}
+	compareTxns(t, snap, want, appIDs)
+	compareDeltalakeRows(t, ctx, root, snap, want)
 }
 
 // compareTxns checks that both readers agree on the latest txn version of

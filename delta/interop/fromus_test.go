@@ -3,6 +3,7 @@ package interop_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"sort"
 	"testing"
@@ -31,6 +32,14 @@ type ourTable struct {
 	// txns is the latest version set per appId.
 	txns   map[string]int64
 	nextID int64
+	// history is live and txns as of each committed version.
+	history []oracleState
+}
+
+// oracleState is the oracle at one table version.
+type oracleState struct {
+	live map[string][]oracleRow
+	txns map[string]int64
 }
 
 // writeFile writes rows (all in one partition) as a new data file.
@@ -102,6 +111,10 @@ func (o *ourTable) commit(tx *delta.Transaction, adds []fileRows, removed []*del
 	for app, v := range txns {
 		o.txns[app] = v
 	}
+	if int64(len(o.history)) != c.Version {
+		o.t.Fatalf("commit landed at version %d, the oracle expected %d", c.Version, len(o.history))
+	}
+	o.history = append(o.history, oracleState{live: maps.Clone(o.live), txns: maps.Clone(o.txns)})
 }
 
 // buildOurTable writes a table through 15 commits: a create, appends in
@@ -121,6 +134,8 @@ func buildOurTable(t *testing.T, partitioned bool) *ourTable {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A flat table leaves PartitionColumns nil, as a caller naturally
+	// would: the commit must still write [] (delta-rs refuses null).
 	var parts []string
 	if partitioned {
 		parts = []string{"region", "bucket"}
@@ -192,7 +207,8 @@ func buildOurTable(t *testing.T, partitioned bool) *ourTable {
 // TestOurTablesReadByDeltalake writes tables with every primitive type,
 // partitioned and not, through many commits with removes, txn actions and
 // a checkpoint, and checks that delta-rs reads exactly the oracle's rows,
-// the same live files and version, and the same app transaction versions.
+// live files and app transaction versions, at the latest version and at
+// every earlier one (time travel), and that our own reader agrees.
 func TestOurTablesReadByDeltalake(t *testing.T) {
 	for _, partitioned := range []bool{true, false} {
 		name := map[bool]string{true: "partitioned", false: "flat"}[partitioned]
@@ -212,62 +228,88 @@ func TestOurTablesReadByDeltalake(t *testing.T) {
 				t.Fatalf("replay started from checkpoint %d, want the automatic one at 10", got)
 			}
 
-			cols := columnsOf(o.layout.Schema)
-			var want []string
-			var wantFiles []string
-			for p, rows := range o.live {
-				keys, err := oracleKeys(cols, rows)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, keys...)
-				dp, _, err := delta.DecodePath(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantFiles = append(wantFiles, dp)
-			}
-			sort.Strings(wantFiles)
-			if len(want) == 0 {
-				t.Fatal("the oracle holds no rows: the comparison would prove nothing")
-			}
-
-			apps := make([]string, 0, len(o.txns)+1)
+			apps := []string{"never-written"}
 			for app := range o.txns {
 				apps = append(apps, app)
 			}
 			sort.Strings(apps)
-			py := readWithDeltalake(t, o.root, append(apps, "never-written")...)
-
+			py := readWithDeltalake(t, o.root, true, apps...)
 			if py.Version != snap.Version {
 				t.Errorf("version: deltalake read %d, we wrote %d", py.Version, snap.Version)
 			}
-			if !reflect.DeepEqual(py.Files, wantFiles) {
-				t.Errorf("live files:\n deltalake: %q\n oracle:    %q", py.Files, wantFiles)
-			}
-			for _, app := range apps {
-				if got := py.Txn[app]; got == nil || *got != o.txns[app] {
-					t.Errorf("txn %q: deltalake read %s, we wrote %d", app, fmtVersion(got), o.txns[app])
-				}
-			}
-			if got := py.Txn["never-written"]; got != nil {
-				t.Errorf("txn never-written: deltalake read %d", *got)
-			}
-			compareTxns(t, snap, py, append(apps, "never-written"))
+			want := o.history[len(o.history)-1]
+			compareOracle(t, o, want, py, apps)
+			compareTxns(t, snap, py, apps)
 
-			theirs, err := jsonRows(cols, py.Rows)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := diffRows("oracle", want, "deltalake", theirs); d != "" {
-				t.Errorf("deltalake's rows differ from what we wrote:\n%s", d)
-			}
 			// Our own reader must agree with the oracle as well.
+			cols := columnsOf(o.layout.Schema)
 			_, ours := readRowsWithUs(t, o.ctx, o.root, snap)
-			if d := diffRows("oracle", want, "ours", ours); d != "" {
+			if d := diffRows("oracle", oracleState{}.keys(t, cols, want), "ours", ours); d != "" {
 				t.Errorf("our reader's rows differ from what we wrote:\n%s", d)
 			}
+
+			if len(py.History) != len(o.history) {
+				t.Fatalf("deltalake sees %d versions, we wrote %d", len(py.History), len(o.history))
+			}
+			for v, old := range py.History {
+				t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+					compareOracle(t, o, o.history[v], old, apps)
+				})
+			}
 		})
+	}
+}
+
+// keys canonicalises the rows of st.
+func (oracleState) keys(t *testing.T, cols []column, st oracleState) []string {
+	t.Helper()
+	var out []string
+	for _, rows := range st.live {
+		keys, err := oracleKeys(cols, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, keys...)
+	}
+	return out
+}
+
+// compareOracle checks deltalake's view of one version against the oracle.
+func compareOracle(t *testing.T, o *ourTable, want oracleState, py pyTable, apps []string) {
+	t.Helper()
+	cols := columnsOf(o.layout.Schema)
+	wantRows := oracleState{}.keys(t, cols, want)
+	if len(wantRows) == 0 {
+		t.Fatal("the oracle holds no rows: the comparison would prove nothing")
+	}
+	var wantFiles []string
+	for p := range want.live {
+		dp, _, err := delta.DecodePath(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFiles = append(wantFiles, dp)
+	}
+	sort.Strings(wantFiles)
+	if !reflect.DeepEqual(py.Files, wantFiles) {
+		t.Errorf("live files:\n deltalake: %q\n oracle:    %q", py.Files, wantFiles)
+	}
+	for _, app := range apps {
+		got := py.Txn[app]
+		v, ok := want.txns[app]
+		switch {
+		case !ok && got != nil:
+			t.Errorf("txn %q: deltalake read %d, we wrote none", app, *got)
+		case ok && (got == nil || *got != v):
+			t.Errorf("txn %q: deltalake read %s, we wrote %d", app, fmtVersion(got), v)
+		}
+	}
+	theirs, err := jsonRows(cols, py.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffRows("oracle", wantRows, "deltalake", theirs); d != "" {
+		t.Errorf("deltalake's rows differ from what we wrote:\n%s", d)
 	}
 }
 

@@ -74,7 +74,7 @@ func runPython(t *testing.T, script string, out any, args ...string) {
 	}
 }
 
-// pyTable is what read_table.py reports of a table.
+// pyTable is what read_table.py reports of a table at one version.
 type pyTable struct {
 	Version          int64             `json:"version"`
 	Files            []string          `json:"files"`
@@ -82,13 +82,23 @@ type pyTable struct {
 	Txn              map[string]*int64 `json:"txn"`
 	// Rows hold read_table.py's lossless JSON forms (see canonJSON).
 	Rows []map[string]any `json:"rows"`
+	// History is the table at every version from 0, when asked for.
+	History []pyTable `json:"history"`
 }
 
-// readWithDeltalake reads the table at dir with delta-rs and asks it for
-// the txn version of each appID.
-func readWithDeltalake(t *testing.T, dir string, appIDs ...string) pyTable {
+// readWithDeltalake reads the table at dir with delta-rs, at its latest
+// version and, with allVersions, at every version by time travel, and
+// asks it for the txn version of each appID.
+func readWithDeltalake(t *testing.T, dir string, allVersions bool, appIDs ...string) pyTable {
 	t.Helper()
+	args := []string{dir}
+	if allVersions {
+		args = append(args, "--all-versions")
+	}
 	var out pyTable
-	runPython(t, "read_table.py", &out, append([]string{dir}, appIDs...)...)
+	runPython(t, "read_table.py", &out, append(args, appIDs...)...)
+	if allVersions && int64(len(out.History)) != out.Version+1 {
+		t.Fatalf("deltalake reported %d historic versions of a table at version %d", len(out.History), out.Version)
+	}
 	return out
 }

@@ -2,7 +2,7 @@
 what it sees as one JSON object on stdout, for the Go interop test to compare
 with its own oracle.
 
-usage: read_table.py TABLE_DIR [APP_ID ...]
+usage: read_table.py TABLE_DIR [--all-versions] [APP_ID ...]
 
 Output keys:
   version       the table version deltalake loaded
@@ -15,6 +15,8 @@ Output keys:
                   decimals as plain decimal strings with the column's scale,
                   binary as base64, date as days since 1970-01-01, timestamp and
                   timestamp_ntz as microseconds since the epoch, null as null.
+  history       with --all-versions: the same keys (but history) for every
+                version from 0 to the latest, loaded by time travel
 """
 
 import base64
@@ -56,10 +58,8 @@ def column_values(arr):
     return arr.to_pylist()
 
 
-def main():
-    table_dir = sys.argv[1]
-    app_ids = sys.argv[2:]
-    dt = DeltaTable(table_dir)
+def state(dt, table_dir, app_ids):
+    """What deltalake sees of dt at the version it has loaded."""
     root = os.path.abspath(table_dir).rstrip("/") + "/"
     files = []
     for uri in dt.file_uris():
@@ -71,13 +71,31 @@ def main():
     tbl = dt.to_pyarrow_table()
     cols = {name: column_values(tbl.column(name).combine_chunks()) for name in tbl.column_names}
     rows = [{name: cols[name][i] for name in tbl.column_names} for i in range(tbl.num_rows)]
-    out = {
+    return {
         "version": dt.version(),
         "files": sorted(files),
         "partitionColumns": dt.metadata().partition_columns,
         "txn": {a: dt.transaction_version(a) for a in app_ids},
         "rows": rows,
     }
+
+
+def main():
+    args = sys.argv[1:]
+    all_versions = "--all-versions" in args
+    args = [a for a in args if a != "--all-versions"]
+    table_dir, app_ids = args[0], args[1:]
+    dt = DeltaTable(table_dir)
+    out = state(dt, table_dir, app_ids)
+    if all_versions:
+        # Time travel: every version from 0 to the latest, each loaded by
+        # deltalake on its own, to compare with our snapshot at that version.
+        history = []
+        for v in range(dt.version() + 1):
+            old = DeltaTable(table_dir)
+            old.load_as_version(v)
+            history.append(state(old, table_dir, app_ids))
+        out["history"] = history
     json.dump(out, sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
