@@ -266,9 +266,9 @@ func TestCleanupExpiredLogsTable(t *testing.T) {
 func TestCleanupExpiredLogsCrash(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	files := append(commitsAged(0, 25, 40), logFile{name: "00000000000000000020.checkpoint.parquet", ageDays: 40})
+	files := append(commitsAged(0, 12, 40), logFile{name: "00000000000000000008.checkpoint.parquet", ageDays: 40})
 	writeLogFiles(t, dir, files)
-	snap := &Snapshot{Version: 25}
+	snap := &Snapshot{Version: 12}
 	for op := 1; ; op++ {
 		work := ckptCopyTable(t, dir)
 		f := storage.NewFaulty(storage.NewLocal(work))
@@ -276,7 +276,7 @@ func TestCleanupExpiredLogsCrash(t *testing.T) {
 		err := CleanupExpiredLogs(ctx, f, snap, cleanupNow)
 		left := listLogNames(t, work)
 		// Whatever happened, the checkpoint and every commit after it remain.
-		for _, n := range append(names(20, 25), "00000000000000000020.checkpoint.parquet") {
+		for _, n := range append(names(8, 12), "00000000000000000008.checkpoint.parquet") {
 			if !contains(left, n) {
 				t.Fatalf("crash at op %d: %s deleted", op, n)
 			}
@@ -285,7 +285,7 @@ func TestCleanupExpiredLogsCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(left) != 7 {
+			if len(left) != 6 {
 				t.Fatalf("complete cleanup left %v", left)
 			}
 			break
