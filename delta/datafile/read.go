@@ -20,7 +20,14 @@ import (
 // ReadParquet decodes a whole Parquet file into one Arrow record in the
 // file's own schema (physical names, the file's types). It is the plain
 // reader under Read, and what tests use to read reference files.
-func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
+func ReadParquet(ctx context.Context, data []byte) (rec arrow.RecordBatch, err error) {
+	// arrow-go's decoder can panic on a corrupt file (slice bounds, bad
+	// lengths); a corrupt data file must fail the read, not the process.
+	defer func() {
+		if r := recover(); r != nil {
+			rec, err = nil, fmt.Errorf("read parquet: corrupt file: %v", r)
+		}
+	}()
 	mem := memory.DefaultAllocator
 	pr, err := file.NewParquetReader(bytes.NewReader(data))
 	if err != nil {
@@ -53,7 +60,7 @@ func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
 			cols[i] = c
 		}
 	}
-	rec := array.NewRecordBatch(tbl.Schema(), cols, tbl.NumRows())
+	rec = array.NewRecordBatch(tbl.Schema(), cols, tbl.NumRows())
 	for _, c := range cols {
 		c.Release()
 	}
