@@ -170,3 +170,15 @@ func TestPurgeRacingRevive(t *testing.T) {
 		}
 	}
 }
+
+func TestReadStats(t *testing.T) {
+	dir, _ := purgeTable(t)
+	st, err := tombstone.ReadStats(context.Background(), delta.Open(storageAt(dir)), week, opsNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != 5 || st.Tombstones != 3 || st.Eligible != 2 || st.EligibleFiles != 1 || st.HasHorizon ||
+		st.OldestMicros != opsNow.Add(-9*24*time.Hour).UnixMicro() {
+		t.Fatalf("stats %+v", st)
+	}
+}
