@@ -512,3 +512,35 @@ func TestWriteRefusesMismatchedRecord(t *testing.T) {
 		t.Error("record without the schema's first column accepted")
 	}
 }
+
+// TestPartitionValueRoundTrip formats every partition-capable column of a
+// sample record and parses it back to the same value.
+func TestPartitionValueRoundTrip(t *testing.T) {
+	l := allTypes(t, MappingNone)
+	rec := sampleRecord(t, l, 6)
+	defer rec.Release()
+	for c, f := range l.Schema.Fields[:15] {
+		col := rec.Column(c)
+		for i := 0; i < col.Len(); i++ {
+			v, err := PartitionValue(col, i)
+			if err != nil {
+				t.Fatalf("%s row %d: %v", f.Name, i, err)
+			}
+			back, err := partitionArray(memory.DefaultAllocator, f.Type, v, 1)
+			if err != nil {
+				t.Fatalf("%s row %d: parse %v: %v", f.Name, i, *v, err)
+			}
+			orig := array.NewSlice(col, int64(i), int64(i+1))
+			if !array.Equal(orig, back) {
+				t.Errorf("%s row %d: %v formatted as %q reads back as %v", f.Name, i, orig, deref(v), back)
+			}
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

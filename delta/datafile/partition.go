@@ -39,8 +39,16 @@ func partitionArray(mem memory.Allocator, t delta.DataType, v *string, n int) (a
 			bb.Append(s)
 		}
 	case *array.BinaryBuilder:
+		// One character per byte, as PartitionValue writes binary.
+		raw := make([]byte, 0, len(s))
+		for _, r := range s {
+			if r > 0xff {
+				return bad(fmt.Errorf("character %U is not a byte", r))
+			}
+			raw = append(raw, byte(r))
+		}
 		for i := 0; i < n; i++ {
-			bb.Append([]byte(s))
+			bb.Append(raw)
 		}
 	case *array.BooleanBuilder:
 		x, err := strconv.ParseBool(s)
@@ -131,4 +139,62 @@ func parseTimestamp(s string) (int64, error) {
 		}
 	}
 	return 0, firstErr
+}
+
+// PartitionValue serializes row i of a partition column for
+// add.partitionValues, the inverse of how Read parses it: nil for null,
+// numbers in decimal, dates as 2006-01-02, timestamps as ISO-8601 UTC
+// microseconds with a Z (the protocol's recommended form, free of the
+// writer's zone), timestamp_ntz as "2006-01-02 15:04:05.999999". An empty
+// string reads back as null: the protocol cannot tell the two apart.
+func PartitionValue(arr arrow.Array, i int) (*string, error) {
+	if arr.IsNull(i) {
+		return nil, nil
+	}
+	var s string
+	switch a := arr.(type) {
+	case *array.String:
+		s = a.Value(i)
+	case *array.Binary:
+		// One character per byte (U+0000..U+00FF), the protocol's escaped
+		// binary form; raw bytes would not survive JSON as UTF-8.
+		b := a.Value(i)
+		r := make([]rune, len(b))
+		for j, c := range b {
+			r[j] = rune(c)
+		}
+		s = string(r)
+	case *array.Boolean:
+		s = strconv.FormatBool(a.Value(i))
+	case *array.Int8:
+		s = strconv.FormatInt(int64(a.Value(i)), 10)
+	case *array.Int16:
+		s = strconv.FormatInt(int64(a.Value(i)), 10)
+	case *array.Int32:
+		s = strconv.FormatInt(int64(a.Value(i)), 10)
+	case *array.Int64:
+		s = strconv.FormatInt(a.Value(i), 10)
+	case *array.Float32:
+		s = strconv.FormatFloat(float64(a.Value(i)), 'g', -1, 32)
+	case *array.Float64:
+		s = strconv.FormatFloat(a.Value(i), 'g', -1, 64)
+	case *array.Date32:
+		s = a.Value(i).FormattedString()
+	case *array.Timestamp:
+		tt := a.DataType().(*arrow.TimestampType)
+		if tt.Unit != arrow.Microsecond {
+			return nil, fmt.Errorf("format partition value: timestamp unit %s, want microseconds", tt.Unit)
+		}
+		t := time.UnixMicro(int64(a.Value(i))).UTC()
+		if tt.TimeZone != "" {
+			s = t.Format("2006-01-02T15:04:05.000000Z")
+		} else {
+			s = t.Format("2006-01-02 15:04:05.999999")
+		}
+	case *array.Decimal128:
+		s = decimalString(a.Value(i), a.DataType().(*arrow.Decimal128Type).Scale)
+	default:
+		return nil, fmt.Errorf("format partition value: %s cannot be a partition column", arr.DataType())
+	}
+	return &s, nil
 }
