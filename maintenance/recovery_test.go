@@ -22,8 +22,8 @@ func TestRestoreThenReplay(t *testing.T) {
 	dir := t.TempDir()
 	s := newStream(t, dir)
 	ts := opsNow.Add(-time.Hour)
-	s.apply(change(1, 1, "c", "a", ts, 0), change(2, 1, "c", "b", ts, 0)) // version 0, offsets 0..1
-	s.apply(change(3, 2, "c", "c", ts, 0))                                // version 1 = N, offset 2
+	s.apply(change(1, 1, "c", "a", ts, 0), change(2, 1, "c", "b", ts, 0))  // version 0, offsets 0..1
+	s.apply(change(3, 2, "c", "c", ts, 0))                                 // version 1 = N, offset 2
 	s.apply(change(1, 3, "u", "BAD", ts, 0), change(2, 3, "d", "", ts, 0)) // versions 2..3: bad data
 	s.apply(change(4, 4, "c", "BAD", ts, 0))
 	tbl := delta.Open(storage.NewLocal(dir))
