@@ -1,0 +1,108 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// CreateTopics creates the workload's topics: the table's with the
+// configured partition count and, when separate, the heartbeat topic with
+// one partition. Topics that exist already are left as they are.
+func CreateTopics(ctx context.Context, cl *kgo.Client, g *Generator, replicationFactor int16) error {
+	adm := kadm.NewClient(cl)
+	want := map[string]int32{g.Topic(): g.cfg.Partitions}
+	if g.HeartbeatTopic() != g.Topic() && g.cfg.HeartbeatEvery > 0 {
+		want[g.HeartbeatTopic()] = 1
+	}
+	for topic, parts := range want {
+		_, err := adm.CreateTopic(ctx, parts, replicationFactor, nil, topic)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// ProduceStats measures a Produce run.
+type ProduceStats struct {
+	// Records and Bytes (keys and values) sent.
+	Records, Bytes int64
+	// Elapsed is the wall time from the first record generated to the last
+	// acknowledged.
+	Elapsed time.Duration
+	// Moved counts records the broker placed at another offset than the
+	// generator predicted (the topic was not empty, or another producer
+	// wrote to it); the oracle does not depend on offsets, tests that
+	// compare positions do.
+	Moved int64
+}
+
+// PerSecond is the produce throughput in records per second.
+func (s ProduceStats) PerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Records) / s.Elapsed.Seconds()
+}
+
+// Produce sends the generator's remaining records through cl, batch
+// records per synchronous produce, so memory stays at one batch whatever
+// the stream's length. The client must partition manually
+// (kgo.RecordPartitioner(kgo.ManualPartitioner())) for records to land in
+// the partition of their key's hash that the generator chose. progress, if
+// not nil, is called after every batch.
+func Produce(ctx context.Context, cl *kgo.Client, g *Generator, batch int, progress func(ProduceStats)) (ProduceStats, error) {
+	if batch <= 0 {
+		batch = 10_000
+	}
+	var st ProduceStats
+	start := time.Now()
+	recs := make([]*kgo.Record, 0, batch)
+	want := make([]int64, 0, batch)
+	var ev Event
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("produce workload to %s: %w", g.Topic(), err)
+		}
+		for i, r := range recs {
+			if r.Offset != want[i] {
+				st.Moved++
+			}
+		}
+		st.Records += int64(len(recs))
+		st.Elapsed = time.Since(start)
+		recs, want = recs[:0], want[:0]
+		if progress != nil {
+			progress(st)
+		}
+		return nil
+	}
+	for g.Next(&ev) {
+		r := ev.Record
+		kr := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+		for _, h := range r.Headers {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		st.Bytes += int64(len(r.Key) + len(r.Value))
+		recs = append(recs, kr)
+		want = append(want, r.Offset)
+		if len(recs) == batch {
+			if err := flush(); err != nil {
+				return st, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return st, err
+	}
+	return st, nil
+}

@@ -1,0 +1,77 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestProduceIntoKafka produces a stream into an in-process Kafka (kfake)
+// and reads it back: every record is at the offset and partition the
+// generator predicted, byte for byte.
+func TestProduceIntoKafka(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cfg := busy(5)
+	cfg.Events = 3000
+	g := newGen(t, cfg)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatalf("creating existing topics again: %v", err)
+	}
+	var batches int
+	st, err := Produce(ctx, cl, g, 500, func(ProduceStats) { batches++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := g.Oracle().Counts()
+	if st.Records != counts.Records || st.Moved != 0 || batches != int((st.Records+499)/500) || st.PerSecond() <= 0 {
+		t.Fatalf("produced %+v in %d batches, generator counted %d records", st, batches, counts.Records)
+	}
+
+	want := map[string]Event{}
+	for _, ev := range drain(t, newGen(t, cfg)) {
+		want[fmt.Sprintf("%s/%d@%d", ev.Record.Topic, ev.Record.Partition, ev.Record.Offset)] = ev
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...),
+		kgo.ConsumeTopics(g.Topic(), g.HeartbeatTopic()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	var got int
+	for got < len(want) {
+		fs := consumer.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume after %d records: %v", got, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			id := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+			ev, ok := want[id]
+			if !ok || !bytes.Equal(r.Key, ev.Record.Key) || !bytes.Equal(r.Value, ev.Record.Value) || (r.Value == nil) != (ev.Record.Value == nil) {
+				t.Fatalf("record %s is not the generated one", id)
+			}
+		})
+	}
+	if got != len(want) {
+		t.Fatalf("read %d records, produced %d", got, len(want))
+	}
+}
