@@ -48,7 +48,7 @@ func ckptParseName(base string) (ckptName, bool) {
 	var n ckptName
 	fields := strings.Split(base, ".")
 	// The shortest is "V.checkpoint.parquet".
-	if len(fields) < 3 || len(fields[0]) != 20 || fields[1] != "checkpoint" {
+	if len(fields) < 3 || len(fields[0]) != 20 || !ckptDigits(fields[0]) || fields[1] != "checkpoint" {
 		return n, false
 	}
 	v, err := strconv.ParseInt(fields[0], 10, 64)
@@ -64,7 +64,7 @@ func ckptParseName(base string) (ckptName, bool) {
 	case len(mid) == 1 && (n.ext == "parquet" || n.ext == "json") && ckptIsUUID(mid[0]):
 		n.uuid = mid[0]
 		return n, true
-	case len(mid) == 2 && n.ext == "parquet" && len(mid[0]) == 10 && len(mid[1]) == 10:
+	case len(mid) == 2 && n.ext == "parquet" && len(mid[0]) == 10 && len(mid[1]) == 10 && ckptDigits(mid[0]) && ckptDigits(mid[1]):
 		p, err1 := strconv.Atoi(mid[0])
 		k, err2 := strconv.Atoi(mid[1])
 		if err1 != nil || err2 != nil || p < 1 || k < 1 || p > k {
@@ -74,6 +74,17 @@ func ckptParseName(base string) (ckptName, bool) {
 		return n, true
 	}
 	return n, false
+}
+
+// ckptDigits reports whether s is all ASCII digits: the fixed-width
+// numbers in log file names have no sign (strconv would accept "+1").
+func ckptDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ckptIsUUID reports whether s has the 8-4-4-4-12 hex shape of a UUID.

@@ -432,6 +432,8 @@ func TestCkptParseName(t *testing.T) {
 		{"00000000000000000001.checkpoint.0000000004.0000000003.parquet", false, ckptName{}},
 		{"00000000000000000002.checkpoint.0000000001.0000000002.bd1885fd-6ec0-4370-b0f5-43b5162fd4de.parquet", false, ckptName{}},
 		{"0000000000000000010.checkpoint.parquet", false, ckptName{}},
+		{"+0000000000000000010.checkpoint.parquet", false, ckptName{}},
+		{"00000000000000000001.checkpoint.+000000002.0000000003.parquet", false, ckptName{}},
 	}
 	for _, c := range cases {
 		got, ok := ckptParseName(c.name)
@@ -578,4 +580,65 @@ func TestDecodeCheckpointManyRowGroupsAndPages(t *testing.T) {
 			t.Fatalf("action %d:\ngot  %s\nwant %s", i, g, e)
 		}
 	}
+}
+
+// FuzzParseLastCheckpoint: any bytes either parse to a usable hint or are
+// treated as no hint; a usable one survives a write and a read unchanged.
+func FuzzParseLastCheckpoint(f *testing.F) {
+	f.Add([]byte(`{"version":3,"size":6,"sizeInBytes":22972,"numOfAddFiles":4}`))
+	f.Add([]byte(`{"version":1,"size":12,"parts":2,"checksum":"x"}`))
+	f.Add([]byte(`{"version":2,"size":9,"v2Checkpoint":{"path":"a.json","sizeInBytes":1,"modificationTime":2,"nonFileActions":[{"checkpointMetadata":{"version":2}}],"sidecarFiles":[{"path":"s.parquet","sizeInBytes":1,"modificationTime":1}]}}`))
+	f.Add([]byte(``))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lc, ok := parseLastCheckpoint(data)
+		if !ok {
+			if lc != nil {
+				t.Fatal("unusable hint returned")
+			}
+			return
+		}
+		if lc.Version < 0 || lc.Size < 0 || (lc.Parts != nil && *lc.Parts < 1) {
+			t.Fatalf("usable hint out of range: %+v", lc)
+		}
+		b, err := json.Marshal(lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, ok := parseLastCheckpoint(b)
+		if !ok || again.Version != lc.Version || again.Size != lc.Size || !reflect.DeepEqual(again.Parts, lc.Parts) {
+			t.Fatalf("round trip: %+v -> %s -> %+v", lc, b, again)
+		}
+	})
+}
+
+// FuzzCkptParseName: a name that parses is exactly the name its parts
+// format to, so listing and writing agree on what a checkpoint file is.
+func FuzzCkptParseName(f *testing.F) {
+	for _, s := range []string{
+		"00000000000000000010.checkpoint.parquet",
+		"00000000000000000001.checkpoint.0000000002.0000000003.parquet",
+		"00000000000000000002.checkpoint.6374b053-df23-479b-b2cf-c9c550132b49.json",
+		"00000000000000000010.json",
+		"+0000000000000000010.checkpoint.parquet",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok := ckptParseName(s)
+		if !ok {
+			return
+		}
+		var back string
+		switch {
+		case n.parts > 0:
+			back = fmt.Sprintf("%020d.checkpoint.%010d.%010d.%s", n.version, n.part, n.parts, n.ext)
+		case n.uuid != "":
+			back = fmt.Sprintf("%020d.checkpoint.%s.%s", n.version, n.uuid, n.ext)
+		default:
+			back = fmt.Sprintf("%020d.checkpoint.%s", n.version, n.ext)
+		}
+		if back != s {
+			t.Fatalf("%q parsed to %+v, which formats to %q", s, n, back)
+		}
+	})
 }

@@ -168,7 +168,7 @@ func listLogFiles(infos []storage.FileInfo, maxVersion int64) *cleanupListing {
 // cleanupVersionPrefix parses "<20-digit version><suffix>".
 func cleanupVersionPrefix(base, suffix string) (int64, bool) {
 	s, ok := strings.CutSuffix(base, suffix)
-	if !ok || len(s) != 20 {
+	if !ok || len(s) != 20 || !ckptDigits(s) {
 		return 0, false
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
@@ -183,7 +183,7 @@ func parseCompactedName(base string) (start, end int64, ok bool) {
 		return 0, 0, false
 	}
 	a, b, found := strings.Cut(s, ".")
-	if !found || len(a) != 20 || len(b) != 20 {
+	if !found || len(a) != 20 || len(b) != 20 || !ckptDigits(a) || !ckptDigits(b) {
 		return 0, 0, false
 	}
 	x, err1 := strconv.ParseInt(a, 10, 64)
