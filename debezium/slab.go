@@ -11,7 +11,7 @@ import (
 // of small allocations into one large one. A slab stays alive while any
 // image cut from it does, which bounds the waste to one slab per decoding
 // goroutine.
-const slabValues = 1024
+const slabValues = 512 // 24 KiB: stays a small-object allocation
 
 type valueSlab struct{ free []schema.Value }
 
