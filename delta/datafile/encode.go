@@ -83,6 +83,28 @@ func parquetNode(f arrow.Field) (pq.Node, error) {
 		n = pq.TimestampAdjusted(pq.Microsecond, t.TimeZone != "")
 	case *arrow.Decimal128Type:
 		n = pq.Decimal(int(t.Scale), int(t.Precision), decimalPhysical(t.Precision))
+	case *arrow.ListType:
+		en, err := parquetNode(t.ElemField())
+		if err != nil {
+			return nil, err
+		}
+		if !t.ElemField().Nullable {
+			en = pq.Required(en)
+		}
+		n = pq.List(en)
+	case *arrow.MapType:
+		kn, err := parquetNode(t.KeyField())
+		if err != nil {
+			return nil, err
+		}
+		vn, err := parquetNode(t.ItemField())
+		if err != nil {
+			return nil, err
+		}
+		if !t.ItemField().Nullable {
+			vn = pq.Required(vn)
+		}
+		n = pq.Map(kn, vn)
 	case *arrow.StructType:
 		g := make(group, 0, t.NumFields())
 		for _, c := range t.Fields() {
@@ -176,15 +198,14 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 
 func writeRowGroup(w *pq.Writer, sc *pq.Schema, rec arrow.RecordBatch, start, end int64) error {
 	buf := pq.NewBuffer(sc)
-	e := leafEncoder{cols: buf.ColumnBuffers(), vals: make([]pq.Value, end-start)}
-	rows := int(end - start)
-	defs := make([]int, rows)
+	e := leafEncoder{cols: buf.ColumnBuffers()}
+	rows := make([]slot, end-start)
 	for c := 0; c < int(rec.NumCols()); c++ {
 		col := array.NewSlice(rec.Column(c), start, end)
-		for i := range defs {
-			defs[i] = 0
+		for i := range rows {
+			rows[i] = slot{idx: i}
 		}
-		err := e.column(col, defs, 0)
+		err := e.column(col, rows, true, 0)
 		col.Release()
 		if err != nil {
 			return fmt.Errorf("column %q: %w", rec.ColumnName(c), err)
@@ -194,45 +215,115 @@ func writeRowGroup(w *pq.Writer, sc *pq.Schema, rec arrow.RecordBatch, start, en
 	return err
 }
 
-// leafEncoder turns Arrow columns into parquet-go values with definition
-// levels, one leaf column buffer after another in schema order.
+// slot is one value position of a leaf column: the index of the value in
+// the array at the current nesting level (-1 once an enclosing value is
+// null or an enclosing list empty), the definition level reached so far
+// and the repetition level the position starts with.
+type slot struct {
+	idx      int
+	def, rep int
+}
+
+// leafEncoder turns Arrow columns into parquet-go values with repetition
+// and definition levels, one leaf column buffer after another in schema
+// order.
 type leafEncoder struct {
 	cols []pq.ColumnBuffer
 	next int
 	vals []pq.Value
 }
 
-// column encodes arr, an optional field at nesting depth depth: defs[i]
-// holds the definition level row i reached above this field, and a row
-// is defined down to here only when defs[i] == depth.
-func (e *leafEncoder) column(arr arrow.Array, defs []int, depth int) error {
-	if sa, ok := arr.(*array.Struct); ok {
-		child := make([]int, len(defs))
-		for i := range defs {
-			child[i] = defs[i]
-			if defs[i] == depth && sa.IsValid(i) {
-				child[i] = depth + 1
+// column encodes the positions in slots of arr, a field that is optional
+// (adds a definition level when not null) unless required, inside
+// repDepth enclosing lists.
+func (e *leafEncoder) column(arr arrow.Array, slots []slot, optional bool, repDepth int) error {
+	if optional {
+		for i := range slots {
+			if s := &slots[i]; s.idx >= 0 {
+				if arr.IsNull(s.idx) {
+					s.idx = -1
+				} else {
+					s.def++
+				}
 			}
 		}
-		for f := 0; f < sa.NumField(); f++ {
-			if err := e.column(sa.Field(f), child, depth+1); err != nil {
+	}
+	switch a := arr.(type) {
+	case *array.Struct:
+		for f := 0; f < a.NumField(); f++ {
+			child := append([]slot(nil), slots...)
+			// Every struct field is written optional (see parquetNode).
+			if err := e.column(a.Field(f), child, true, repDepth); err != nil {
 				return err
 			}
 		}
 		return nil
+	case *array.List:
+		return e.repeated(a, a.ListValues(), slots, a.DataType().(*arrow.ListType).ElemField().Nullable, repDepth)
+	case *array.Map:
+		return e.repeated(a, a.ListValues(), slots, true, repDepth)
 	}
+	return e.leaf(arr, slots)
+}
+
+// repeated encodes a list (or map) whose elements are values: a defined,
+// non-empty list expands into one position per element, the first keeping
+// the list's repetition level and the rest repeating at this depth.
+func (e *leafEncoder) repeated(list array.ListLike, values arrow.Array, slots []slot, elemOptional bool, repDepth int) error {
+	var out []slot
+	for _, s := range slots {
+		if s.idx < 0 {
+			out = append(out, s)
+			continue
+		}
+		from, to := list.ValueOffsets(s.idx)
+		if from == to {
+			out = append(out, slot{idx: -1, def: s.def, rep: s.rep})
+			continue
+		}
+		for j := from; j < to; j++ {
+			rep := repDepth + 1
+			if j == from {
+				rep = s.rep
+			}
+			out = append(out, slot{idx: int(j), def: s.def + 1, rep: rep})
+		}
+	}
+	if m, ok := values.(*array.Struct); ok && isMapEntries(list) {
+		// key (required) then value, each over the same positions.
+		keys := append([]slot(nil), out...)
+		if err := e.column(m.Field(0), keys, false, repDepth+1); err != nil {
+			return err
+		}
+		mt := list.DataType().(*arrow.MapType)
+		return e.column(m.Field(1), out, mt.ItemField().Nullable, repDepth+1)
+	}
+	return e.column(values, out, elemOptional, repDepth+1)
+}
+
+func isMapEntries(list array.ListLike) bool {
+	_, ok := list.DataType().(*arrow.MapType)
+	return ok
+}
+
+// leaf writes one primitive column's values at the positions in slots.
+func (e *leafEncoder) leaf(arr arrow.Array, slots []slot) error {
 	leaf := e.next
 	e.next++
-	vals := e.vals[:len(defs)]
+	if cap(e.vals) < len(slots) {
+		e.vals = make([]pq.Value, len(slots))
+	}
+	vals := e.vals[:len(slots)]
 	var fixed int
 	if dt, ok := arr.DataType().(*arrow.Decimal128Type); ok && dt.Precision > 18 {
 		fixed = decimalBytes(dt.Precision)
 	}
-	for i := range defs {
-		if defs[i] != depth || arr.IsNull(i) {
-			vals[i] = pq.Value{}.Level(0, defs[i], leaf)
+	for k, s := range slots {
+		if s.idx < 0 {
+			vals[k] = pq.Value{}.Level(s.rep, s.def, leaf)
 			continue
 		}
+		i := s.idx
 		var v pq.Value
 		switch a := arr.(type) {
 		case *array.Boolean:
@@ -253,8 +344,8 @@ func (e *leafEncoder) column(arr arrow.Array, defs []int, depth int) error {
 			// Zero-copy view of the Arrow buffer: parquet-go copies the
 			// bytes into its page buffer inside WriteValues, before rec
 			// can be released, and never writes through the slice.
-			s := a.Value(i)
-			v = pq.ByteArrayValue(unsafe.Slice(unsafe.StringData(s), len(s)))
+			str := a.Value(i)
+			v = pq.ByteArrayValue(unsafe.Slice(unsafe.StringData(str), len(str)))
 		case *array.Binary:
 			v = pq.ByteArrayValue(a.Value(i))
 		case *array.Date32:
@@ -277,7 +368,7 @@ func (e *leafEncoder) column(arr arrow.Array, defs []int, depth int) error {
 		default:
 			return fmt.Errorf("writing %s is not supported yet", arr.DataType())
 		}
-		vals[i] = v.Level(0, depth+1, leaf)
+		vals[k] = v.Level(s.rep, s.def, leaf)
 	}
 	if _, err := e.cols[leaf].WriteValues(vals); err != nil {
 		return fmt.Errorf("buffer values: %w", err)
