@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,10 +317,10 @@ func TestRejections(t *testing.T) {
 
 // registryServer serves schemas by id like the Confluent registry does,
 // requiring the given Authorization header when not empty.
-func registryServer(t testing.TB, tls bool, auth string, schemas map[int]string) (*httptest.Server, *int) {
-	calls := new(int)
+func registryServer(t testing.TB, tls bool, auth string, schemas map[int]string) (*httptest.Server, *atomic.Int64) {
+	calls := new(atomic.Int64)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		*calls++
+		calls.Add(1)
 		if auth != "" && r.Header.Get("Authorization") != auth {
 			w.WriteHeader(http.StatusUnauthorized)
 			fmt.Fprint(w, `{"error_code":40101,"message":"unauthorized"}`)
@@ -442,8 +443,8 @@ func TestRegistryAuthTLSAndCache(t *testing.T) {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
 		}
-		if *calls != 1 {
-			t.Errorf("%s: %d registry calls for one id, want 1 (cache)", tc.name, *calls)
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%s: %d registry calls for one id, want 1 (cache)", tc.name, n)
 		}
 		if _, err := reg.SchemaText(context.Background(), 12345); !errors.Is(err, ErrUnknownSchema) {
 			t.Errorf("%s: missing id: %v", tc.name, err)
