@@ -292,3 +292,23 @@ func TestConfigRejectsNonsense(t *testing.T) {
 		}
 	}
 }
+
+func TestOracleForEqualsGeneratorOracle(t *testing.T) {
+	cfg := busy(9)
+	g := newGen(t, cfg)
+	drain(t, g)
+	o, err := OracleFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Counts() != g.Oracle().Counts() || o.Len() != g.Oracle().Len() {
+		t.Fatalf("counts %+v\nwant   %+v", o.Counts(), g.Oracle().Counts())
+	}
+	g.Oracle().Rows(func(want Row) bool {
+		got, ok := o.Row(want.ID)
+		if !ok || !bytes.Equal(got.Seq, want.Seq) || got.Deleted != want.Deleted || fmt.Sprint(got.Values) != fmt.Sprint(want.Values) {
+			t.Fatalf("key %d: %+v, want %+v", want.ID, got, want)
+		}
+		return true
+	})
+}
