@@ -198,8 +198,8 @@ const avroEnvelopeSchema = `{"type":"record","name":"Envelope","namespace":"dbse
 const avroKeySchema = `{"type":"record","name":"Key","namespace":"dbserver1.public.customers","fields":[{"name":"id","type":{"type":"int","connect.default":0},"default":0}],"connect.name":"dbserver1.public.customers.Key"}`
 
 const (
-	avroValueID = 7
-	avroKeyID   = 8
+	avroValueID = 9001
+	avroKeyID   = 9002
 )
 
 func (r row) avroNative() map[string]any {

@@ -88,6 +88,11 @@ func FuzzDecodeAvro(f *testing.F) {
 	f.Add(avroKey(f, 2), avroValue(f, &r1, &r2, "u", -1, 3))
 	f.Add(avroKey(f, 2), avroValue(f, &r2, nil, "d", 4, 5))
 	reg := mapRegistry{avroValueID: avroEnvelopeSchema, avroKeyID: avroKeySchema}
+	for _, run := range loadRealRuns(f) {
+		for id, text := range run.schemas {
+			reg[id] = text
+		}
+	}
 	for _, s := range realSeeds(f, true) {
 		f.Add(s.Key, s.Value)
 	}
