@@ -42,6 +42,13 @@ type Engine struct {
 	// OnCommit, when set, is called after every table commit (tests,
 	// progress display). It runs on Run's goroutine.
 	OnCommit func(table string, res *Result)
+
+	// beforeApply, when set, runs before each table commit; tests use it
+	// to pause an instance into a zombie.
+	beforeApply func(table string)
+	// fenced counts batches dropped because another instance advanced
+	// their partitions (read by tests and, later, metrics).
+	fenced atomic.Int64
 }
 
 // EngineOption configures an Engine.
@@ -522,9 +529,13 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) {
 		t.buf.reset()
 		return
 	}
+	if e.beforeApply != nil {
+		e.beforeApply(t.cfg.Name)
+	}
 	res, err := t.applier.Apply(ctx, b)
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
+			e.fenced.Add(1)
 			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
 		} else {
 			e.log.Error("table commit failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)

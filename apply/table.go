@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -72,7 +73,11 @@ func (a *TableApplier) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
-	layout, err := LayoutFromTable(snap.Schema, a.keyNames)
+	keys, err := tableKeyColumns(snap.Metadata, a.keyNames)
+	if err != nil {
+		return fmt.Errorf("open table %s at %s: %w", a.name, a.table.Location(), err)
+	}
+	layout, err := LayoutFromTable(snap.Schema, keys)
 	if err != nil {
 		return fmt.Errorf("open table %s at %s: %w", a.name, a.table.Location(), err)
 	}
@@ -147,7 +152,8 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 		created := now.UnixMilli()
 		tx.SetProtocol(delta.Protocol{MinReaderVersion: 1, MinWriterVersion: 2})
 		tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: a.name, Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
-			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created, Configuration: map[string]string{}})
+			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created,
+			Configuration: map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}})
 	}
 	for _, old := range plan.Removes {
 		tx.RemoveFile(old, true)
@@ -162,7 +168,7 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 	}
 	committed, err := tx.Commit(ctx, op, a.commitParams(b, plan))
 	if err != nil {
-		if errors.Is(err, delta.ErrConcurrentTransaction) {
+		if errors.Is(err, delta.ErrConflict) && a.advancedElsewhere(ctx, b) {
 			return nil, fmt.Errorf("apply to table %s: %w: %w", a.name, ErrFenced, err)
 		}
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
@@ -208,4 +214,53 @@ func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
 		"unresolvedColumns":  p.Counts.Unresolved,
 		"offsets":            ranges,
 	}
+}
+
+// keyColumnsProperty records a table's key columns in its metadata, so a
+// table created with the Kafka record key's fields can be reopened without
+// configuration and a configuration that names other keys is refused.
+const keyColumnsProperty = "cdcapply.keyColumns"
+
+func keyColumnsValue(keys []string) string {
+	b, _ := json.Marshal(keys)
+	return string(b)
+}
+
+// tableKeyColumns reconciles the configured key columns with the table's.
+func tableKeyColumns(m delta.Metadata, configured []string) ([]string, error) {
+	var stored []string
+	if v, ok := m.Configuration[keyColumnsProperty]; ok {
+		if err := json.Unmarshal([]byte(v), &stored); err != nil {
+			return nil, fmt.Errorf("read %s %q: %w", keyColumnsProperty, v, err)
+		}
+	}
+	switch {
+	case len(configured) == 0 && len(stored) == 0:
+		return nil, fmt.Errorf("the table has no %s and the configuration names no key_columns", keyColumnsProperty)
+	case len(configured) == 0:
+		return stored, nil
+	case len(stored) > 0 && fmt.Sprint(stored) != fmt.Sprint(configured):
+		return nil, fmt.Errorf("key_columns %v differ from the table's key columns %v", configured, stored)
+	}
+	return configured, nil
+}
+
+// advancedElsewhere reports whether another writer moved one of the batch's
+// partitions since this applier's snapshot. A conflict can be reported
+// under another rule first (the other writer also rewrote our files), but
+// it is fencing all the same when our partitions moved.
+func (a *TableApplier) advancedElsewhere(ctx context.Context, b *Batch) bool {
+	latest, err := a.table.Snapshot(ctx)
+	if err != nil {
+		return false
+	}
+	was := checkpoint.Restore(a.snap, a.pipeline)
+	now := checkpoint.Restore(latest, a.pipeline)
+	for tp := range b.Ranges {
+		v0, _ := was.Next(tp)
+		if v1, ok := now.Next(tp); ok && v1 > v0 {
+			return true
+		}
+	}
+	return false
 }

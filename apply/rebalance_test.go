@@ -1,0 +1,218 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// ordersOracle is the expected final table of a stream of orders changes
+// with increasing LSNs: per key the last change's status; a delete keeps
+// the previous status (NULL when the key was never seen) and marks the row.
+type ordersOracle map[int]oracleRow
+
+type oracleRow struct {
+	status  string // "<nil>" for NULL
+	deleted bool
+}
+
+func (o ordersOracle) apply(id int, op, status string) {
+	if op == "d" {
+		prev, ok := o[id]
+		if !ok {
+			prev.status = "<nil>"
+		}
+		prev.deleted = true
+		o[id] = prev
+		return
+	}
+	o[id] = oracleRow{status: status}
+}
+
+func (o ordersOracle) rows() []string {
+	var out []string
+	for id, r := range o {
+		out = append(out, fmt.Sprintf("%d %s %v", id, r.status, r.deleted))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readOrders reads the orders table with our own reader: "id status deleted".
+func readOrders(t *testing.T, dir string) []string {
+	t.Helper()
+	store := storage.NewLocal(dir)
+	a := NewTableApplier("orders", "shop", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	if err := a.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, add := range a.Snapshot().Files() {
+		rows, err := a.rf.ReadRows(context.Background(), add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			status := "<nil>"
+			if !r.Values[1].IsNull() {
+				status = r.Values[1].S
+			}
+			out = append(out, fmt.Sprintf("%d %s %v", r.Values[0].I, status, r.Deleted))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func startEngine(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, func()) {
+	t.Helper()
+	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger()), KafkaOptions(
+		kgo.SessionTimeout(1500*time.Millisecond), kgo.RebalanceTimeout(1500*time.Millisecond), kgo.HeartbeatInterval(200*time.Millisecond),
+	)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("engine stopped at start: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	return e, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRebalanceAndZombie: two instances in one group on one table,
+// partitions moving between them mid-stream, and a paused instance that
+// wakes up after losing its partitions. The table equals the oracle and
+// the zombie's commit is fenced.
+func TestRebalanceAndZombie(t *testing.T) {
+	const nparts = 4
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nparts, "orders"),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: "orders", nparts: nparts, ends: map[int32]int64{}}
+	oracle := ordersOracle{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	lsn := int64(0)
+	produce := func(n int) {
+		for i := 0; i < n; i++ {
+			id := rng.IntN(60)
+			lsn++
+			op := []string{"c", "u", "u", "u", "d"}[rng.IntN(5)]
+			status := fmt.Sprintf("s%d", lsn)
+			p.change(id, lsn, op, status)
+			oracle.apply(id, op, status)
+		}
+	}
+
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	table := dir + "/orders"
+
+	// Instance A alone.
+	var pauseMu sync.Mutex
+	pauseA := false
+	release := make(chan struct{})
+	a, stopA := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-a")))
+	a.beforeApply = func(string) {
+		pauseMu.Lock()
+		paused := pauseA
+		pauseMu.Unlock()
+		if paused {
+			<-release
+		}
+	}
+	produce(200)
+	waitPositions(t, table, "shop", "orders", p.ends)
+
+	// Instance B joins: partitions move mid-stream.
+	b, stopB := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-b")))
+	for i := 0; i < 10; i++ {
+		produce(30)
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitPositions(t, table, "shop", "orders", p.ends)
+
+	// A pauses inside its next commit (a zombie: GC pause, stopped VM):
+	// its heartbeats stop reaching the broker, so the group throws it out
+	// and B takes every partition and goes on.
+	var memberA string
+	for _, m := range c.GroupInfo("cdcapply-test").Members {
+		if m.ClientID == "instance-a" {
+			memberA = m.MemberID
+		}
+	}
+	if memberA == "" {
+		t.Fatal("instance A is not in the group")
+	}
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat, kmsg.ConsumerGroupHeartbeat}, Count: -1, Err: kerr.CoordinatorLoadInProgress,
+		When: func(req kmsg.Request) bool {
+			switch r := req.(type) {
+			case *kmsg.HeartbeatRequest:
+				return r.MemberID == memberA
+			case *kmsg.ConsumerGroupHeartbeatRequest:
+				return r.MemberID == memberA
+			}
+			return false
+		}})
+	pauseMu.Lock()
+	pauseA = true
+	pauseMu.Unlock()
+	for i := 0; i < 20; i++ {
+		produce(20)
+		time.Sleep(100 * time.Millisecond)
+	}
+	// B alone owns every partition once A is out.
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	if _, err := c.WaitGroupInfo(wctx, "cdcapply-test", func(g *kfake.GroupInfo) bool {
+		return len(g.Members) == 1 && g.Members[0].ClientID == "instance-b" && g.NumAssigned() == nparts
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitPositions(t, table, "shop", "orders", p.ends)
+	// A wakes up and tries to commit its stale batch.
+	close(release)
+	produce(50)
+	waitPositions(t, table, "shop", "orders", p.ends)
+	time.Sleep(300 * time.Millisecond)
+	stopA()
+	produce(50)
+	waitPositions(t, table, "shop", "orders", p.ends)
+	stopB()
+
+	if got, want := readOrders(t, table), oracle.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+	if a.fenced.Load() == 0 {
+		t.Errorf("the zombie's commit was not fenced (A fenced %d, B fenced %d)", a.fenced.Load(), b.fenced.Load())
+	}
+	t.Logf("fenced batches: A %d, B %d; %d keys", a.fenced.Load(), b.fenced.Load(), len(oracle))
+}
