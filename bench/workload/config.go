@@ -98,7 +98,7 @@ type Config struct {
 	// Clock, when set, stamps source commit times from it instead (for
 	// freshness measurements); the records then depend on when they were
 	// generated, the oracle does not.
-	Clock func() time.Time
+	Clock func() time.Time `json:"-"`
 }
 
 // Default is the reference workload: 10 columns, 80% updates, 10% inserts,
