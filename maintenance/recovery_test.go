@@ -11,6 +11,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/maintenance"
 )
 
 // TestRestoreThenReplay applies bad data after version N, restores N and
@@ -99,6 +100,9 @@ func TestVacuumThenRestore(t *testing.T) {
 	}
 	if missing, err := delta.MissingFiles(ctx, tbl, v0); err != nil || len(missing) != 1 || missing[0] != oldFile {
 		t.Fatalf("MissingFiles(version 0) = %v, %v", missing, err)
+	}
+	if _, err := maintenance.Show(ctx, tbl, maintenance.ShowOptions{Version: 0}); !errors.Is(err, delta.ErrFilesMissing) || !strings.Contains(err.Error(), oldFile) {
+		t.Fatalf("show version 0 after vacuum: err = %v, want ErrFilesMissing naming %s", err, oldFile)
 	}
 	if got, want := rows(t, dir), []string{"1 b false"}; !same(got, want) {
 		t.Fatalf("latest version after vacuum: %v, want %v", got, want)

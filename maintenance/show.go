@@ -3,6 +3,7 @@ package maintenance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
+	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
 
@@ -90,6 +92,12 @@ func Show(ctx context.Context, t *delta.Table, opts ShowOptions) (*Rows, error) 
 	}
 	for _, add := range snap.Files() {
 		rec, err := datafile.Read(ctx, t.Storage(), layout, add)
+		if errors.Is(err, storage.ErrNotExist) {
+			// Say which files vacuum took, not just the first one hit.
+			if missing, merr := delta.MissingFiles(ctx, t, snap); merr == nil && len(missing) > 0 {
+				err = &delta.MissingFilesError{Table: t.Location(), Version: snap.Version, Files: missing}
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("show %s version %d: %w", t.Location(), snap.Version, err)
 		}
