@@ -202,7 +202,8 @@ func (p *avroParser) object(r map[string]any, ns string) (*AvroNode, error) {
 			ns = nsv
 		}
 		n.Kind, n.Name = AvroEnum, fullName(name, ns)
-		for _, s := range r["symbols"].([]any) {
+		syms, _ := r["symbols"].([]any)
+		for _, s := range syms {
 			str, _ := s.(string)
 			n.Symbols = append(n.Symbols, str)
 		}
