@@ -111,7 +111,7 @@ func (t *Type) FromInt(v int64) (Value, error) {
 			}
 		case BaseInt64:
 		case BaseFloat32, BaseFloat64:
-			return Float(float64(v)), nil
+			return t.FromFloat(float64(v))
 		default:
 			return Value{}, invalid(t, "got integer %d", v)
 		}
@@ -192,7 +192,9 @@ func (t *Type) FromFloat(v float64) (Value, error) {
 		if !math.IsInf(v, 0) && !math.IsNaN(v) && math.Abs(v) > math.MaxFloat32 {
 			return Value{}, outOfRange(t, "%v", v)
 		}
-		return Float(v), nil
+		// Rounded to the column's 32 bits here, so JSON text (parsed as
+		// 64 bits) and Avro float give the same value.
+		return Float(float64(float32(v))), nil
 	case t.Base == BaseFloat64:
 		return Float(v), nil
 	}

@@ -54,6 +54,7 @@ func TestLogicalTypes(t *testing.T) {
 		{"int32 overflow", `{"type":"int32","field":"c"}`, nil, delta.Integer, int64(math.MaxInt32 + 1), Value{}, ErrOutOfRange},
 		{"int64", `{"type":"int64","field":"c"}`, nil, delta.Long, int64(math.MaxInt64), Int(math.MaxInt64), nil},
 		{"float", `{"type":"float","field":"c"}`, nil, delta.Float, 1.5, Float(1.5), nil},
+		{"float rounds to 32 bits", `{"type":"float","field":"c"}`, nil, delta.Float, 0.1, Float(float64(float32(0.1))), nil},
 		{"float overflow", `{"type":"float","field":"c"}`, nil, delta.Float, 1e300, Value{}, ErrOutOfRange},
 		{"double", `{"type":"double","field":"c"}`, nil, delta.Double, -2.25, Float(-2.25), nil},
 		{"double from int", `{"type":"double","field":"c"}`, nil, delta.Double, int64(3), Float(3), nil},
