@@ -545,7 +545,9 @@ func (d *Decoder) avroKey(ctx context.Context, rec *Record, env *envelope, key *
 		return rej
 	}
 	r := avroReader{b: body}
-	for _, f := range p.root.Fields {
+	key.Names = p.root.Col.FieldNames() // shared by every key of this schema
+	key.Values = newValues(len(p.root.Fields))
+	for i, f := range p.root.Fields {
 		v, err := avroVal(&r, f.Node, 0)
 		if err != nil {
 			rj := valueRejection(env.pos, err, "key field "+f.Name)
@@ -554,8 +556,7 @@ func (d *Decoder) avroKey(ctx context.Context, rec *Record, env *envelope, key *
 			}
 			return rj
 		}
-		key.Names = append(key.Names, f.Name)
-		key.Values = append(key.Values, v)
+		key.Values[i] = v
 	}
 	if r.i != len(r.b) {
 		return reject(env.pos, ReasonMalformedKey, nil, "%d bytes after the key", len(r.b)-r.i)
