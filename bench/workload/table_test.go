@@ -197,6 +197,13 @@ func TestTableEqualsOracleReadByDeltaRS(t *testing.T) {
 	if !diff.OK() {
 		t.Fatalf("delta-rs sees a table that differs from the oracle: %s", diff)
 	}
+	other, err := workload.OracleFor(propertyConfig(12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff, err := rs.Verify(context.Background(), dir, other, 1); err != nil || diff.OK() || diff.Mismatched == 0 {
+		t.Fatalf("delta-rs verification passed another seed's oracle: %v %v", diff, err)
+	}
 }
 
 // TestVerifySeesDifferences: the verifier reports a table that is not the
