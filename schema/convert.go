@@ -127,21 +127,21 @@ func (t *Type) FromInt(v int64) (Value, error) {
 			return Value{}, outOfRange(t, "%d days", v)
 		}
 		return Int(v), nil
-	case LogicalTimeMillis:
-		if v < 0 || v > 86400_000 {
-			return Value{}, outOfRange(t, "%d ms of day", v)
+	case LogicalTimeMillis, LogicalMicroTime, LogicalNanoTime:
+		// Time of day as nanoseconds. No 24-hour bound: MySQL TIME spans
+		// -838:59:59 to 838:59:59 and PostgreSQL allows 24:00:00; only a
+		// value whose nanoseconds overflow is out of range.
+		mul := int64(1)
+		switch t.Logical {
+		case LogicalTimeMillis:
+			mul = 1_000_000
+		case LogicalMicroTime:
+			mul = 1_000
 		}
-		return Int(v * 1_000_000), nil
-	case LogicalMicroTime:
-		if v < 0 || v > 86400_000_000 {
-			return Value{}, outOfRange(t, "%d µs of day", v)
+		if v > math.MaxInt64/mul || v < math.MinInt64/mul {
+			return Value{}, outOfRange(t, "%d as nanoseconds", v)
 		}
-		return Int(v * 1_000), nil
-	case LogicalNanoTime:
-		if v < 0 || v > 86400_000_000_000 {
-			return Value{}, outOfRange(t, "%d ns of day", v)
-		}
-		return Int(v), nil
+		return Int(v * mul), nil
 	case LogicalTimestampMillis, LogicalMicroTimestamp, LogicalNanoTimestamp:
 		switch v {
 		case pgInfinityEpoch, math.MaxInt64:
