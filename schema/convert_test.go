@@ -89,7 +89,7 @@ func TestLogicalTypes(t *testing.T) {
 		{"connect time", `{"type":"int32","name":"org.apache.kafka.connect.data.Time","field":"c"}`, nil, delta.Long, int64(1), Int(1_000_000), nil},
 		{"micro time", `{"type":"int64","name":"io.debezium.time.MicroTime","field":"c"}`, nil, delta.Long, int64(1_500_000), Int(1_500_000_000), nil},
 		{"nano time", `{"type":"int64","name":"io.debezium.time.NanoTime","field":"c"}`, nil, delta.Long, int64(123), Int(123), nil},
-		{"mysql negative time", `{"type":"int64","name":"io.debezium.time.MicroTime","field":"c"}`, nil, delta.Long, int64(-838*3600_000_000), Int(-838 * 3600_000_000_000), nil},
+		{"mysql negative time", `{"type":"int64","name":"io.debezium.time.MicroTime","field":"c"}`, nil, delta.Long, int64(-838 * 3600_000_000), Int(-838 * 3600_000_000_000), nil},
 		{"time overflow", `{"type":"int64","name":"io.debezium.time.MicroTime","field":"c"}`, nil, delta.Long, int64(math.MaxInt64 / 10), Value{}, ErrOutOfRange},
 		{"timestamp millis", `{"type":"int64","name":"io.debezium.time.Timestamp","field":"c"}`, nil, delta.Timestamp, int64(1_700_000_000_123), Int(1_700_000_000_123_000), nil},
 		{"connect timestamp", `{"type":"int64","name":"org.apache.kafka.connect.data.Timestamp","field":"c"}`, nil, delta.Timestamp, int64(-1), Int(-1000), nil},
