@@ -41,12 +41,13 @@ func TestRestoreThenReplay(t *testing.T) {
 		t.Fatalf("after restore: %v, want %v", got, want)
 	}
 	// The running stream still thinks it is at offset 6: its next commit
-	// must be fenced, not land on top of the restored table.
+	// must conflict on its txn, not land on top of the restored table
+	// (the engine then re-seeks from the table).
 	tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
 	_, err = s.a.Apply(ctx, &apply.Batch{Changes: []*apply.Change{change(5, 5, "c", "x", ts, 6)},
 		Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: 6, Next: 7}}})
-	if !errors.Is(err, apply.ErrFenced) {
-		t.Fatalf("stale stream commit after restore: err = %v, want ErrFenced", err)
+	if !errors.Is(err, delta.ErrConcurrentTransaction) {
+		t.Fatalf("stale stream commit after restore: err = %v, want a txn conflict", err)
 	}
 	// It re-reads the table, resumes at offset 3 and replays the corrected
 	// records 3.. (the bad ones fixed at the source and re-sent).
