@@ -664,3 +664,58 @@ func TestWriteListsWithNulls(t *testing.T) {
 		t.Errorf("stats %s lack %s", add.Stats, want)
 	}
 }
+
+// TestWriteRowGroupsAndEmpty writes a record split over several row groups
+// and an empty record; both read back as written.
+func TestWriteRowGroupsAndEmpty(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	l := allTypes(t, MappingNone)
+	for _, rows := range []int{0, 10} {
+		rec := sampleRecord(t, l, rows)
+		add, err := Write(ctx, st, l, rec, map[string]*string{"part": nil}, RowGroupRows(3), Compression(Snappy))
+		if err != nil {
+			t.Fatalf("%d rows: %v", rows, err)
+		}
+		got, err := Read(ctx, st, l, add)
+		if err != nil {
+			t.Fatalf("%d rows: %v", rows, err)
+		}
+		if got.NumRows() != int64(rows) {
+			t.Fatalf("read %d rows, wrote %d", got.NumRows(), rows)
+		}
+		for c := 0; c < int(rec.NumCols()); c++ {
+			if !array.Equal(got.Column(c), rec.Column(c)) {
+				t.Errorf("%d rows: column %s differs", rows, rec.ColumnName(c))
+			}
+		}
+		if rows == 0 && add.Stats != `{"numRecords":0,"nullCount":{"b":0,"i8":0,"i16":0,"i32":0,"i64":0,"f32":0,"f64":0,"d5":0,"d15":0,"d25":0,"s":0,"bin":0,"date":0,"ts":0,"ntz":0,"st":{"x":0,"y":0}}}` {
+			t.Errorf("empty file stats %s", add.Stats)
+		}
+		got.Release()
+		rec.Release()
+	}
+}
+
+func TestWriteRefusesNestedNulls(t *testing.T) {
+	ctx := context.Background()
+	l := Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "s", Type: delta.StructType{Fields: []delta.StructField{{Name: "k", Type: delta.Long, Nullable: false}}}, Nullable: true},
+	}}}
+	sc, _ := ArrowSchema(l.Schema)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	sb := b.Field(0).(*array.StructBuilder)
+	sb.AppendNull() // a null struct may hide the non-nullable field
+	sb.Append(true)
+	sb.FieldBuilder(0).(*array.Int64Builder).Append(1)
+	ok := b.NewRecordBatch()
+	if _, err := Write(ctx, storage.NewLocal(t.TempDir()), l, ok, nil); err != nil {
+		t.Fatalf("null struct refused: %v", err)
+	}
+	sb.Append(true)
+	sb.FieldBuilder(0).AppendNull()
+	bad := b.NewRecordBatch()
+	if _, err := Write(ctx, storage.NewLocal(t.TempDir()), l, bad, nil); err == nil || !strings.Contains(err.Error(), "s.k is not nullable") {
+		t.Fatalf("null in a non-nullable nested field: err %v", err)
+	}
+}

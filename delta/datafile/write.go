@@ -133,6 +133,9 @@ func (l Layout) checkRecord(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 		if !f.Nullable && rec.Column(i).NullN() > 0 {
 			return nil, fmt.Errorf("column %q is not nullable but has %d nulls", f.Name, rec.Column(i).NullN())
 		}
+		if err := checkNested(rec.Column(i), f.Type, f.Name); err != nil {
+			return nil, err
+		}
 	}
 	if l.Mapping == MappingNone {
 		rec.Retain()
@@ -151,6 +154,45 @@ func (l Layout) checkRecord(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 		c.Release()
 	}
 	return out, nil
+}
+
+// checkNested enforces the nullability declared inside nested types: a
+// non-nullable struct field may be null only where its struct is, and
+// arrays and maps declared without nulls hold no null element or value.
+func checkNested(arr arrow.Array, t delta.DataType, path string) error {
+	switch t := t.(type) {
+	case delta.StructType:
+		sa := arr.(*array.Struct)
+		for i, f := range t.Fields {
+			child := sa.Field(i)
+			if !f.Nullable {
+				for r := 0; r < sa.Len(); r++ {
+					if sa.IsValid(r) && child.IsNull(r) {
+						return fmt.Errorf("field %s.%s is not nullable but row %d is null", path, f.Name, r)
+					}
+				}
+			}
+			if err := checkNested(child, f.Type, path+"."+f.Name); err != nil {
+				return err
+			}
+		}
+	case delta.ArrayType:
+		vals := arr.(*array.List).ListValues()
+		if !t.ContainsNull && vals.NullN() > 0 {
+			return fmt.Errorf("array %s holds nulls but its elements are not nullable", path)
+		}
+		return checkNested(vals, t.ElementType, path+".element")
+	case delta.MapType:
+		m := arr.(*array.Map)
+		if !t.ValueContainsNull && m.Items().NullN() > 0 {
+			return fmt.Errorf("map %s holds null values but its values are not nullable", path)
+		}
+		if err := checkNested(m.Keys(), t.KeyType, path+".key"); err != nil {
+			return err
+		}
+		return checkNested(m.Items(), t.ValueType, path+".value")
+	}
+	return nil
 }
 
 // retype returns d over the same buffers with type t, recursing into
