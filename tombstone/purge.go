@@ -38,7 +38,8 @@ type PurgeOptions struct {
 	MaxFiles int
 	MaxRows  int64
 	// KeyColumns name the key columns for the reported keys; without them
-	// every source column is shown.
+	// the table's recorded key columns (cdcapply.keyColumns), else every
+	// source column, are shown.
 	KeyColumns []string
 	// MaxKeys bounds how many keys the result lists (default 1000); the
 	// count of rows is always complete.
@@ -156,7 +157,7 @@ func purgeOnce(ctx context.Context, t *delta.Table, opts PurgeOptions, now time.
 	}
 	keyCols := opts.KeyColumns
 	if len(keyCols) == 0 {
-		keyCols = SourceColumns(snap.Schema)
+		keyCols = keyColumnsOf(snap)
 	}
 	tx := t.Begin(snap)
 	var written []string
@@ -416,4 +417,19 @@ func dropRows(rec arrow.RecordBatch, drop []int) (arrow.RecordBatch, error) {
 		c.Release()
 	}
 	return out, nil
+}
+
+// keyColumnsProperty is the table property where the apply engine records
+// a table's key columns (a JSON array of names).
+const keyColumnsProperty = "cdcapply.keyColumns"
+
+// keyColumnsOf returns the table's recorded key columns, or every source
+// column when none are recorded (or the record is unreadable: the keys
+// are only reported, never used to decide what is purged).
+func keyColumnsOf(snap *delta.Snapshot) []string {
+	var keys []string
+	if v, ok := snap.Metadata.Configuration[keyColumnsProperty]; ok && json.Unmarshal([]byte(v), &keys) == nil && len(keys) > 0 {
+		return keys
+	}
+	return SourceColumns(snap.Schema)
 }
