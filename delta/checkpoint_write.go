@@ -191,9 +191,9 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 // at which the field's parent group is present, so a null field is written
 // at d and a set one at d+1 (deeper for maps and lists).
 type ckptEncoder struct {
-	row  parquet.Row
-	col  int
-	keys []string // scratch for sorting map keys
+	row parquet.Row
+	col int
+	kvs []kv // scratch for sorting map entries
 }
 
 func (e *ckptEncoder) put(v parquet.Value, rep, def int) {
@@ -257,14 +257,35 @@ func (e *ckptEncoder) boolp(p *bool, d int) {
 	e.boolean(*p, d)
 }
 
-// sorted returns the keys of m in order, in the encoder's scratch slice.
-func sorted[V any](e *ckptEncoder, m map[string]V) []string {
-	e.keys = e.keys[:0]
-	for k := range m {
-		e.keys = append(e.keys, k)
+// kv is one map entry; val is nil for a null value.
+type kv struct {
+	key string
+	val *string
+}
+
+// entries returns m's entries sorted by key, in the encoder's scratch
+// slice. Most maps here (partition values) have one entry: no sort then.
+func (e *ckptEncoder) entries(m map[string]*string) []kv {
+	e.kvs = e.kvs[:0]
+	for k, v := range m {
+		e.kvs = append(e.kvs, kv{k, v})
 	}
-	sort.Strings(e.keys)
-	return e.keys
+	if len(e.kvs) > 1 {
+		sort.Slice(e.kvs, func(i, j int) bool { return e.kvs[i].key < e.kvs[j].key })
+	}
+	return e.kvs
+}
+
+// plainEntries is entries for maps with non-null values.
+func (e *ckptEncoder) plainEntries(m map[string]string) []kv {
+	e.kvs = e.kvs[:0]
+	for k, v := range m {
+		e.kvs = append(e.kvs, kv{k, &v})
+	}
+	if len(e.kvs) > 1 {
+		sort.Slice(e.kvs, func(i, j int) bool { return e.kvs[i].key < e.kvs[j].key })
+	}
+	return e.kvs
 }
 
 // nullableMap writes a map<string,string> with nullable values (key and
@@ -278,14 +299,17 @@ func (e *ckptEncoder) nullableMap(m map[string]*string, d int, null bool) {
 		e.nulls(2, d+1)
 		return
 	}
-	keys := sorted(e, m)
-	for i, k := range keys {
-		e.put(parquet.ByteArrayValue(bytesOf(k)), min(i, 1), d+2)
+	e.mapEntries(e.entries(m), d)
+}
+
+func (e *ckptEncoder) mapEntries(kvs []kv, d int) {
+	for i, x := range kvs {
+		e.put(parquet.ByteArrayValue(bytesOf(x.key)), min(i, 1), d+2)
 	}
 	e.col++
-	for i, k := range keys {
-		if v := m[k]; v != nil {
-			e.put(parquet.ByteArrayValue(bytesOf(*v)), min(i, 1), d+3)
+	for i, x := range kvs {
+		if x.val != nil {
+			e.put(parquet.ByteArrayValue(bytesOf(*x.val)), min(i, 1), d+3)
 		} else {
 			e.put(parquet.NullValue(), min(i, 1), d+2)
 		}
@@ -303,15 +327,7 @@ func (e *ckptEncoder) plainMap(m map[string]string, d int, null bool) {
 		e.nulls(2, d+1)
 		return
 	}
-	keys := sorted(e, m)
-	for i, k := range keys {
-		e.put(parquet.ByteArrayValue(bytesOf(k)), min(i, 1), d+2)
-	}
-	e.col++
-	for i, k := range keys {
-		e.put(parquet.ByteArrayValue(bytesOf(m[k])), min(i, 1), d+3)
-	}
-	e.col++
+	e.mapEntries(e.plainEntries(m), d)
 }
 
 // list writes a list<string>; a nil list is null when null is true, else
