@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,12 +54,12 @@ func change(id int64, seq uint64, op, status string, ts time.Time, off int64) *a
 // stream applies batches to a table the way the apply loop does, from
 // the table's recorded position.
 type stream struct {
-	t     *testing.T
+	t     testing.TB
 	store *storage.Local
 	a     *apply.TableApplier
 }
 
-func newStream(t *testing.T, dir string) *stream {
+func newStream(t testing.TB, dir string) *stream {
 	s := &stream{t: t, store: storage.NewLocal(dir)}
 	s.reopen()
 	return s
@@ -163,3 +165,6 @@ func python(t *testing.T) string {
 	}
 	return py
 }
+
+// discard is a logger for benchmarks, whose audit lines would drown the output.
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
