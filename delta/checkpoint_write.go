@@ -148,10 +148,10 @@ var ckptLeaves = func() map[string]int {
 // codec, readable everywhere) Parquet checkpoint, one row per action.
 //
 // Rows are built as parquet.Row values with their levels set by hand
-// rather than through parquet-go's reflection writer: on a 100k-file table
-// that writer spends most of a checkpoint's time and allocations on
-// reflecting over maps and pointers. TestEncodeCheckpointMatchesReflection
-// keeps the two equal.
+// rather than through parquet-go's reflection writer, which allocates per
+// map, pointer and value: 1.2M allocations for a 100k-file table against
+// 8k here, in a process that keeps running pipelines while it checkpoints.
+// TestEncodeCheckpointMatchesReflection keeps the two writers' output equal.
 func encodeCheckpoint(acts []Action) ([]byte, error) {
 	var buf bytes.Buffer
 	w := parquet.NewWriter(&buf, ckptSchema, parquet.Compression(&parquet.Snappy))
@@ -193,7 +193,7 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 type ckptEncoder struct {
 	row parquet.Row
 	col int
-	kvs []kv // scratch for sorting map entries
+	kvs []ckptKV // scratch for sorting map entries
 }
 
 func (e *ckptEncoder) put(v parquet.Value, rep, def int) {
@@ -207,13 +207,13 @@ func (e *ckptEncoder) nulls(n, d int) {
 	}
 }
 
-// bytesOf views a string's bytes without copying; parquet-go copies the
+// ckptBytes views a string's bytes without copying; parquet-go copies the
 // value into its column buffer before WriteRows returns and never writes
 // through it.
-func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+func ckptBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func (e *ckptEncoder) str(s string, d int) {
-	e.put(parquet.ByteArrayValue(bytesOf(s)), 0, d+1)
+	e.put(parquet.ByteArrayValue(ckptBytes(s)), 0, d+1)
 	e.col++
 }
 
@@ -257,18 +257,18 @@ func (e *ckptEncoder) boolp(p *bool, d int) {
 	e.boolean(*p, d)
 }
 
-// kv is one map entry; val is nil for a null value.
-type kv struct {
+// ckptKV is one map entry; val is nil for a null value.
+type ckptKV struct {
 	key string
 	val *string
 }
 
 // entries returns m's entries sorted by key, in the encoder's scratch
 // slice. Most maps here (partition values) have one entry: no sort then.
-func (e *ckptEncoder) entries(m map[string]*string) []kv {
+func (e *ckptEncoder) entries(m map[string]*string) []ckptKV {
 	e.kvs = e.kvs[:0]
 	for k, v := range m {
-		e.kvs = append(e.kvs, kv{k, v})
+		e.kvs = append(e.kvs, ckptKV{k, v})
 	}
 	if len(e.kvs) > 1 {
 		sort.Slice(e.kvs, func(i, j int) bool { return e.kvs[i].key < e.kvs[j].key })
@@ -277,10 +277,10 @@ func (e *ckptEncoder) entries(m map[string]*string) []kv {
 }
 
 // plainEntries is entries for maps with non-null values.
-func (e *ckptEncoder) plainEntries(m map[string]string) []kv {
+func (e *ckptEncoder) plainEntries(m map[string]string) []ckptKV {
 	e.kvs = e.kvs[:0]
 	for k, v := range m {
-		e.kvs = append(e.kvs, kv{k, &v})
+		e.kvs = append(e.kvs, ckptKV{k, &v})
 	}
 	if len(e.kvs) > 1 {
 		sort.Slice(e.kvs, func(i, j int) bool { return e.kvs[i].key < e.kvs[j].key })
@@ -302,14 +302,14 @@ func (e *ckptEncoder) nullableMap(m map[string]*string, d int, null bool) {
 	e.mapEntries(e.entries(m), d)
 }
 
-func (e *ckptEncoder) mapEntries(kvs []kv, d int) {
+func (e *ckptEncoder) mapEntries(kvs []ckptKV, d int) {
 	for i, x := range kvs {
-		e.put(parquet.ByteArrayValue(bytesOf(x.key)), min(i, 1), d+2)
+		e.put(parquet.ByteArrayValue(ckptBytes(x.key)), min(i, 1), d+2)
 	}
 	e.col++
 	for i, x := range kvs {
 		if x.val != nil {
-			e.put(parquet.ByteArrayValue(bytesOf(*x.val)), min(i, 1), d+3)
+			e.put(parquet.ByteArrayValue(ckptBytes(*x.val)), min(i, 1), d+3)
 		} else {
 			e.put(parquet.NullValue(), min(i, 1), d+2)
 		}
@@ -340,7 +340,7 @@ func (e *ckptEncoder) list(l []string, d int, null bool) {
 		e.nulls(1, d+1)
 	default:
 		for i, s := range l {
-			e.put(parquet.ByteArrayValue(bytesOf(s)), min(i, 1), d+3)
+			e.put(parquet.ByteArrayValue(ckptBytes(s)), min(i, 1), d+3)
 		}
 		e.col++
 	}
