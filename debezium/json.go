@@ -780,13 +780,15 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	}
 	key.Values = newValues(n)
 	copy(key.Values, vals[:n])
-	// The key schema's own field order: share its name slice.
-	whole := n == len(kt.Fields)
-	for i := 0; i < n && whole; i++ {
-		whole = idxs[i] == i
+	// Key fields that are consecutive columns in schema order (the whole
+	// key schema, or a leading run of the row's columns) share the
+	// schema's name slice.
+	run := n > 0
+	for i := 1; i < n && run; i++ {
+		run = idxs[i] == idxs[0]+i
 	}
-	if whole {
-		key.Names = kt.FieldNames()
+	if run {
+		key.Names = kt.FieldNames()[idxs[0] : idxs[0]+n : idxs[0]+n]
 		return nil
 	}
 	key.Names = make([]string, n)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 	"github.com/hamba/avro/v2"
@@ -105,46 +106,49 @@ func mustRead(tb testing.TB, name string) []byte {
 	return b
 }
 
-func nsPerOp(fn func() error) float64 {
-	r := testing.Benchmark(func(b *testing.B) {
-		for b.Loop() {
-			if err := fn(); err != nil {
-				b.Fatal(err)
-			}
+// timeBlock runs fn n times and returns the wall time per call.
+func timeBlock(fn func() error, n int) float64 {
+	start := time.Now()
+	for range n {
+		if err := fn(); err != nil {
+			panic(err)
 		}
-	})
-	return float64(r.T.Nanoseconds()) / float64(r.N)
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
 }
 
-// TestRatio alternates short runs of cdcapply's decoder and the reference
-// decoder on each input and reports the median of the per-round throughput
-// ratios: on a shared, loaded machine absolute events/s swing with the
-// neighbours, the ratio of back-to-back runs much less.
+// TestRatio interleaves short blocks of cdcapply's decoder and the
+// reference decoder on each input (alternating which goes first) and
+// reports the median of the per-block throughput ratios: on a shared,
+// loaded machine absolute events/s swing with the neighbours, the ratio of
+// back-to-back blocks much less.
 //
-//	REFBENCH_ROUNDS=15 go test -run TestRatio -v -cpu 1
+//	REFBENCH_ROUNDS=400 go test -run TestRatio -v -cpu 1
 func TestRatio(t *testing.T) {
 	rounds := 0
 	fmt.Sscan(os.Getenv("REFBENCH_ROUNDS"), &rounds)
 	if rounds == 0 {
 		t.Skip("set REFBENCH_ROUNDS to measure")
 	}
+	const block = 500
 	for _, in := range []string{"json-noschema.json", "json-inline.json", "flattened.json", "value.avro"} {
 		ours, ref := cdcapplyDecode(t, in), referenceDecode(t, in)
-		if err := ours(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ref(); err != nil {
-			t.Fatal(err)
-		}
+		timeBlock(ours, block) // warm up
+		timeBlock(ref, block)
 		var ratios, oursEv, refEv []float64
-		for range rounds {
-			o, r := nsPerOp(ours), nsPerOp(ref)
+		for i := range rounds {
+			var o, r float64
+			if i%2 == 0 {
+				o, r = timeBlock(ours, block), timeBlock(ref, block)
+			} else {
+				r, o = timeBlock(ref, block), timeBlock(ours, block)
+			}
 			ratios = append(ratios, r/o)
 			oursEv = append(oursEv, 1e9/o)
 			refEv = append(refEv, 1e9/r)
 		}
-		t.Logf("%-20s cdcapply/reference throughput median %.2f (cdcapply median %.0f events/s, reference median %.0f events/s, %d rounds)",
-			in, median(ratios), median(oursEv), median(refEv), rounds)
+		t.Logf("%-20s cdcapply/reference throughput median %.2f (cdcapply median %.0f events/s, reference median %.0f events/s, %d blocks of %d)",
+			in, median(ratios), median(oursEv), median(refEv), rounds, block)
 	}
 }
 
