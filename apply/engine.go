@@ -485,7 +485,26 @@ func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
 		return fmt.Errorf("table %s: topic %s partition %d offset %d: new source column(s) %v and schema_policy is %q",
 			t.cfg.Name, ch.Pos.Topic, ch.Pos.Partition, ch.Pos.Offset, names, t.cfg.SchemaPolicy)
 	}
-	return &ProjectError{"schema_evolution_pending", fmt.Sprintf("%d new column(s); additive evolution is not implemented yet", len(missing))}
+	cols := make([]delta.StructField, len(missing))
+	names := make([]string, len(missing))
+	for i, f := range missing {
+		cols[i] = deltaField(f, false)
+		names[i] = f.Name
+	}
+	if err := t.applier.Evolve(cols); err != nil {
+		return err
+	}
+	// Changes already buffered were decoded before the columns existed:
+	// the source had no value for them.
+	n := len(t.applier.Layout().Source)
+	for _, c := range t.buf.changes {
+		for len(c.Values) < n {
+			c.Values = append(c.Values, schema.Null)
+		}
+	}
+	e.log.Info("schema evolved: new source columns join the table in the next commit", "table", t.cfg.Name,
+		"topic", ch.Pos.Topic, "partition", ch.Pos.Partition, "offset", ch.Pos.Offset, "columns", names)
+	return nil
 }
 
 func deltaField(f schema.Field, key bool) delta.StructField {

@@ -25,14 +25,28 @@ import (
 // schemas.enable=true) of a table orders(id int primary key, status text),
 // shaped like the recorded real fixtures in debezium/testdata/real.
 func dbzOrders(id int, lsn int64, op, status string) (key, value []byte) {
-	row := `{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"status"}],"optional":true,"name":"pg.public.orders.Value","field":"%s"}`
+	return dbzOrdersNote(id, lsn, op, status, nil)
+}
+
+// dbzOrdersNote is dbzOrders for the table after "ALTER TABLE orders ADD
+// COLUMN note text" when note is not nil.
+func dbzOrdersNote(id int, lsn int64, op, status string, note *string) (key, value []byte) {
+	cols := `{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"status"}`
+	if note != nil {
+		cols += `,{"type":"string","optional":true,"field":"note"}`
+	}
+	row := `{"type":"struct","fields":[` + cols + `],"optional":true,"name":"pg.public.orders.Value","field":"%s"}`
 	src := `{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":true,"field":"snapshot"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":true,"field":"sequence"},{"type":"string","optional":false,"field":"schema"},{"type":"string","optional":false,"field":"table"},{"type":"int64","optional":true,"field":"txId"},{"type":"int64","optional":true,"field":"lsn"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","field":"source"}`
 	sch := `{"type":"struct","fields":[` + fmt.Sprintf(row, "before") + `,` + fmt.Sprintf(row, "after") + `,` + src +
 		`,{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"}],"optional":false,"name":"pg.public.orders.Envelope"}`
-	img := fmt.Sprintf(`{"id":%d,"status":%q}`, id, status)
+	extra, extraNull := "", ""
+	if note != nil {
+		extra, extraNull = fmt.Sprintf(`,"note":%q`, *note), `,"note":null`
+	}
+	img := fmt.Sprintf(`{"id":%d,"status":%q%s}`, id, status, extra)
 	before, after := "null", img
 	if op == "d" {
-		before, after = fmt.Sprintf(`{"id":%d,"status":null}`, id), "null"
+		before, after = fmt.Sprintf(`{"id":%d,"status":null%s}`, id, extraNull), "null"
 	}
 	payload := fmt.Sprintf(`{"before":%s,"after":%s,"source":{"version":"3.6.1.Final","connector":"postgresql","name":"pg","ts_ms":%d,"snapshot":"false","db":"shop","sequence":"[\"%d\",\"%d\"]","schema":"public","table":"orders","txId":%d,"lsn":%d},"op":%q,"ts_ms":%d}`,
 		before, after, 1_700_000_000_000+lsn, lsn, lsn, lsn, lsn, op, 1_700_000_000_000+lsn)
@@ -243,5 +257,61 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 	}
 	if len(reasons) != quarantined {
 		t.Errorf("quarantine table has %d rows, commits counted %d", len(reasons), quarantined)
+	}
+}
+
+// TestEngineAdditiveSchema: a column added mid-stream joins the table in
+// the same commit as the first change that carries it; older rows read it
+// as NULL (with delta-rs), nothing is quarantined.
+func TestEngineAdditiveSchema(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	table := dir + "/orders"
+	p.change(1, 10, "c", "new")
+	p.change(2, 11, "c", "new")
+	waitPositions(t, table, "shop", "orders", p.ends)
+	note := "gift"
+	k, v := dbzOrdersNote(3, 12, "c", "new", &note)
+	p.send(k, v, 0)
+	k, v = dbzOrdersNote(1, 13, "u", "paid", &note)
+	p.send(k, v, 0)
+	snap := waitPositions(t, table, "shop", "orders", p.ends)
+	if _, _, ok := snap.Schema.Field("note"); !ok {
+		t.Fatalf("schema lacks the new column: %s", snap.Schema)
+	}
+	rows, _ := deltaRS(t, table)
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r["note"]))
+	}
+	sort.Strings(got)
+	if want := "[1 paid gift 2 new <nil> 3 new gift]"; fmt.Sprint(got) != want {
+		t.Errorf("delta-rs reads %v, want %v", got, want)
+	}
+	if q := e.Halted(); len(q) != 0 {
+		t.Errorf("halted: %v", q)
 	}
 }

@@ -50,6 +50,9 @@ type TableApplier struct {
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
 	index  *KeyIndex
+	// evolved is set when the layout gained columns the table's schema
+	// lacks; the next commit carries the new schema.
+	evolved bool
 }
 
 // NewTableApplier opens the applier of a table; Open must be called before
@@ -89,7 +92,7 @@ func (a *TableApplier) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
-	a.snap, a.layout, a.index, a.rf = snap, layout, ix, rf
+	a.snap, a.layout, a.index, a.rf, a.evolved = snap, layout, ix, rf, false
 	return nil
 }
 
@@ -115,6 +118,32 @@ func (a *TableApplier) SetLayout(l *Layout) error {
 		return fmt.Errorf("set layout of table %s: %w", a.name, err)
 	}
 	a.layout, a.index, a.rf = l, NewKeyIndex(l), rf
+	return nil
+}
+
+// Evolve extends the layout with new source columns (additive schema
+// policy): they are appended, nullable, and join the table's schema in the
+// next commit, together with the data that first carries them. Rows of
+// older files read the new columns as NULL.
+func (a *TableApplier) Evolve(cols []delta.StructField) error {
+	if a.layout == nil {
+		return fmt.Errorf("evolve table %s: no layout yet", a.name)
+	}
+	source := append(append([]delta.StructField(nil), a.layout.Source...), cols...)
+	for i := len(a.layout.Source); i < len(source); i++ {
+		source[i].Nullable = true
+	}
+	l, err := NewLayout(source, a.layout.KeyNames())
+	if err != nil {
+		return fmt.Errorf("evolve table %s: %w", a.name, err)
+	}
+	rf, err := a.newFiles(l)
+	if err != nil {
+		return fmt.Errorf("evolve table %s: %w", a.name, err)
+	}
+	a.layout, a.rf = l, rf
+	a.index.layout = l
+	a.evolved = a.snap != nil
 	return nil
 }
 
@@ -155,6 +184,15 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created,
 			Configuration: map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}})
 	}
+	if a.evolved {
+		md := a.snap.Metadata
+		schemaString, err := delta.SchemaString(a.layout.Schema())
+		if err != nil {
+			return nil, fmt.Errorf("evolve table %s: %w", a.name, err)
+		}
+		md.SchemaString = schemaString
+		tx.SetMetadata(md)
+	}
 	for _, old := range plan.Removes {
 		tx.RemoveFile(old, true)
 	}
@@ -174,6 +212,7 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
 	}
 	a.snap = committed.Snapshot
+	a.evolved = false
 	a.index.Apply(plan)
 	res := &Result{Version: committed.Version, Counts: plan.Counts}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
