@@ -39,6 +39,9 @@ type OptimizeOptions struct {
 	DryRun bool
 	// Logger receives the audit line; slog.Default() when nil.
 	Logger *slog.Logger
+	// Progress, when set, is called after each group is written, with the
+	// groups done and the files compacted so far in this attempt.
+	Progress func(groups, files int)
 	// BeforeCommit, when set, runs after an attempt's files are written
 	// and before its commit; tests land a concurrent commit there.
 	BeforeCommit func(ctx context.Context, attempt int) error
@@ -127,7 +130,7 @@ func optimizeOnce(ctx context.Context, t *delta.Table, opts OptimizeOptions, att
 			_ = t.Storage().Delete(context.WithoutCancel(ctx), p)
 		}
 	}
-	for _, g := range res.Groups {
+	for gi, g := range res.Groups {
 		recs := make([]arrow.RecordBatch, 0, len(g))
 		release := func() {
 			for _, r := range recs {
@@ -175,6 +178,9 @@ func optimizeOnce(ctx context.Context, t *delta.Table, opts OptimizeOptions, att
 		tx.Add(na)
 		res.FilesAdded++
 		res.BytesAdded += na.Size
+		if opts.Progress != nil {
+			opts.Progress(gi+1, res.FilesRemoved)
+		}
 	}
 	if opts.BeforeCommit != nil {
 		if err := opts.BeforeCommit(ctx, attempt); err != nil {

@@ -51,6 +51,9 @@ type PurgeOptions struct {
 	Now func() time.Time
 	// Logger receives the audit line; slog.Default() when nil.
 	Logger *slog.Logger
+	// Progress, when set, is called after each data file is judged, with
+	// the files read so far and the tombstones found so far in this attempt.
+	Progress func(filesRead int, rows int64)
 	// BeforeCommit, when set, runs after an attempt's files are written
 	// and before its commit. Tests use it to land a concurrent commit at
 	// exactly that point.
@@ -161,6 +164,7 @@ func purgeOnce(ctx context.Context, t *delta.Table, opts PurgeOptions, now time.
 	}
 	tx := t.Begin(snap)
 	var written []string
+	read := 0
 	cleanup := func() {
 		// Files of an attempt that did not commit are never referenced:
 		// delete them now rather than leave them to vacuum.
@@ -187,6 +191,10 @@ func purgeOnce(ctx context.Context, t *delta.Table, opts PurgeOptions, now time.
 		}
 		purge, more := purgeableRows(rec, cutoff, opts.MaxRows-res.Rows, opts.MaxRows > 0)
 		res.More = res.More || more
+		read++
+		if opts.Progress != nil {
+			opts.Progress(read, res.Rows+int64(len(purge)))
+		}
 		if len(purge) == 0 {
 			rec.Release()
 			continue

@@ -62,6 +62,9 @@ func TestPurgeDryRunAndBounds(t *testing.T) {
 	before, _ := tbl.Snapshot(ctx)
 	o := purgeOpts()
 	o.DryRun = true
+	var lastRows int64
+	calls := 0
+	o.Progress = func(files int, rows int64) { calls, lastRows = files, rows }
 	res, err := tombstone.Purge(ctx, tbl, o)
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +72,10 @@ func TestPurgeDryRunAndBounds(t *testing.T) {
 	if res.Rows != 2 || strings.Join(res.Keys, " ") != "id=2 id=3" || len(res.Files) != 1 || res.Version != -1 || res.More {
 		t.Fatalf("dry run: %+v", res)
 	}
+	if calls != 1 || lastRows != 2 {
+		t.Fatalf("progress: %d files, %d rows; want 1 file (the only one), 2 rows", calls, lastRows)
+	}
+	o.Progress = nil
 	if after, _ := tbl.Snapshot(ctx); after.Version != before.Version {
 		t.Fatal("dry run committed")
 	}

@@ -201,3 +201,22 @@ func TestRestoreChecksKafka(t *testing.T) {
 	}
 	mustContain(t, "restore --accept-gap", out, "GAP accepted: cdcapply/p/orders/0 needs offset 4, Kafka starts at 5", "committed version 4")
 }
+
+func TestProgress(t *testing.T) {
+	var logged bytes.Buffer
+	p := newProgress(&logged, auditLogger(&logged))
+	p.report("vacuum", "scanned", 1)
+	p.report("vacuum", "scanned", 2) // within the interval: dropped
+	p.done()
+	if got := logged.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, `"msg":"vacuum","scanned":1`) {
+		t.Fatalf("log progress: %q", got)
+	}
+	var tty bytes.Buffer
+	p = &progress{w: &tty, tty: true, interval: 0}
+	p.report("vacuum", "scanned", 1)
+	p.report("vacuum", "scanned", 2)
+	p.done()
+	if got := tty.String(); got != "\rvacuum scanned=1   \rvacuum scanned=2   \n" {
+		t.Fatalf("terminal progress: %q", got)
+	}
+}

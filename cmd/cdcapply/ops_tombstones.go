@@ -73,7 +73,10 @@ func runTombstones(ctx context.Context, args []string, stdout, stderr io.Writer)
 	} else if tc != nil {
 		opts.KeyColumns = tc.KeyColumns
 	}
+	prog := newProgress(stderr, opts.Logger)
+	opts.Progress = func(files int, rows int64) { prog.report("purge", "filesRead", files, "tombstones", rows) }
 	res, err := tombstone.Purge(ctx, tbl, opts)
+	prog.done()
 	if err != nil {
 		return err
 	}
