@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -747,5 +748,116 @@ func TestCheckpointSchemaMatchesSpark(t *testing.T) {
 		"sidecar.tags.key_value.key", "sidecar.tags.key_value.value"}
 	if !reflect.DeepEqual(left, want) {
 		t.Errorf("Spark columns we do not write: %v, want %v", left, want)
+	}
+}
+
+// TestCheckpointReloadProperty: for random histories (adds with random
+// partition values, tags, deletion vectors and stats; removes; txns;
+// domains set and removed), the table reloaded from our checkpoint alone
+// equals the table replayed from its commits: the same files with every
+// field, txns, domains, protocol and metadata.
+func TestCheckpointReloadProperty(t *testing.T) {
+	ctx := context.Background()
+	for seed := int64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			dir := t.TempDir()
+			store := storage.NewLocal(dir)
+			now := time.Now()
+			ms := now.UnixMilli()
+			ckptCommit(t, store, 0,
+				Action{Protocol: &Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+					ReaderFeatures: []string{"deletionVectors"}, WriterFeatures: []string{"deletionVectors", "domainMetadata"}}},
+				Action{Metadata: &Metadata{ID: fmt.Sprint("prop-", seed), Format: Format{Provider: "parquet", Options: map[string]string{}},
+					SchemaString: ckptTestSchema, PartitionColumns: []string{"p"}, Configuration: map[string]string{"delta.checkpointInterval": "1000"}}},
+			)
+			var live []*Add
+			pick := func(vals ...string) *string {
+				i := rng.Intn(len(vals) + 1)
+				if i == len(vals) {
+					return nil
+				}
+				return &vals[i]
+			}
+			versions := 5 + rng.Intn(10)
+			for v := 1; v <= versions; v++ {
+				var acts []Action
+				for i := rng.Intn(20); i > 0; i-- {
+					a := &Add{Path: EncodePath(fmt.Sprintf("p=%d/part %d-%d.parquet", rng.Intn(5), v, i)),
+						PartitionValues: map[string]*string{"p": pick("a", "b", "c=d", "ü")}, Size: rng.Int63n(1 << 40),
+						ModificationTime: ms - rng.Int63n(1e9), DataChange: true}
+					if rng.Intn(2) == 0 {
+						a.Stats = fmt.Sprintf(`{"numRecords":%d,"minValues":{"id":%d},"maxValues":{"id":%d},"nullCount":{"id":0}}`, rng.Intn(1e6), rng.Intn(10), 10+rng.Intn(10))
+					}
+					if rng.Intn(4) == 0 {
+						a.Tags = map[string]string{"INSERTION_TIME": fmt.Sprint(rng.Int63()), "x": ""}
+					}
+					if rng.Intn(4) == 0 {
+						off := rng.Int31n(100)
+						a.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprintf("dv%d-%d", v, i), Offset: &off,
+							SizeInBytes: rng.Int31n(1000), Cardinality: rng.Int63n(100)}
+					}
+					live = append(live, a)
+					acts = append(acts, Action{Add: a})
+				}
+				for i := rng.Intn(4); i > 0 && len(live) > 0; i-- {
+					k := rng.Intn(len(live))
+					a := live[k]
+					live = append(live[:k], live[k+1:]...)
+					ts := ms - rng.Int63n(int64(14*24*time.Hour/time.Millisecond))
+					acts = append(acts, Action{Remove: &Remove{Path: a.Path, DeletionTimestamp: &ts, DataChange: true,
+						PartitionValues: a.PartitionValues, Size: &a.Size, DeletionVector: a.DeletionVector}})
+				}
+				if rng.Intn(2) == 0 {
+					lu := ms
+					acts = append(acts, Action{Txn: &Txn{AppID: fmt.Sprintf("topic.%d", rng.Intn(6)), Version: int64(v), LastUpdated: &lu}})
+				}
+				if rng.Intn(3) == 0 {
+					acts = append(acts, Action{DomainMetadata: &DomainMetadata{Domain: fmt.Sprint("d", rng.Intn(3)),
+						Configuration: fmt.Sprint(`{"v":`, v, `}`), Removed: rng.Intn(3) == 0}})
+				}
+				acts = append(acts, Action{CommitInfo: &CommitInfo{Timestamp: ms, Operation: "WRITE"}})
+				ckptCommit(t, store, int64(v), acts...)
+			}
+			want := ckptLoad(t, dir)
+			if err := writeCheckpoint(ctx, store, want, now); err != nil {
+				t.Fatal(err)
+			}
+			for v := 0; v <= versions; v++ {
+				if err := store.Delete(ctx, fmt.Sprintf("%s/%020d.json", LogDir, v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := ckptLoad(t, dir)
+			if got.CheckpointVersion() != int64(versions) || got.Version != want.Version {
+				t.Fatalf("reloaded version %d from checkpoint %d, want %d", got.Version, got.CheckpointVersion(), want.Version)
+			}
+			gf, wf := got.Files(), want.Files()
+			if len(gf) != len(wf) || len(wf) == 0 || want.NumTombstones() == 0 {
+				t.Fatalf("%d files reloaded, %d replayed (%d tombstones): the history must leave both", len(gf), len(wf), want.NumTombstones())
+			}
+			for i := range wf {
+				w := *wf[i]
+				w.DataChange = false
+				if !reflect.DeepEqual(*gf[i], w) {
+					t.Errorf("file %d:\nreloaded %+v\nreplayed %+v", i, *gf[i], w)
+				}
+			}
+			if !reflect.DeepEqual(got.Txns(), want.Txns()) || !reflect.DeepEqual(got.Domains(), want.Domains()) ||
+				!reflect.DeepEqual(got.Protocol, want.Protocol) || !reflect.DeepEqual(got.Metadata, want.Metadata) {
+				t.Errorf("state differs:\nreloaded %v %v %+v\nreplayed %v %v %+v", got.Txns(), got.Domains(), got.Protocol,
+					want.Txns(), want.Domains(), want.Protocol)
+			}
+			// Tombstones: exactly those within the default one-week retention.
+			keep := 0
+			for _, r := range want.Tombstones() {
+				if *r.DeletionTimestamp >= now.Add(-defaultDeletedFileRetention).UnixMilli() {
+					keep++
+				}
+			}
+			if got.NumTombstones() != keep {
+				t.Errorf("%d tombstones reloaded, %d within retention", got.NumTombstones(), keep)
+			}
+		})
 	}
 }
