@@ -230,3 +230,30 @@ func TestRestoreRefusesVacuumedVersion(t *testing.T) {
 		t.Fatalf("latest version missing %v (%v)", m, err)
 	}
 }
+
+func TestRestoreByTimestamp(t *testing.T) {
+	ctx := context.Background()
+	o := newOpsTable(t)
+	base := time.Now().Add(-3 * time.Hour)
+	for v := int64(0); v <= 2; v++ {
+		p := filepath.Join(o.dir, LogDir, commitName(v))
+		mt := base.Add(time.Duration(v) * time.Hour)
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := Restore(ctx, o.tbl, RestoreTarget{ByTimestamp: true, Timestamp: base.Add(90 * time.Minute)}, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Restored != 1 || res.Txns["app1"] != 5 {
+		t.Fatalf("restore by time: %+v, want version 1", res)
+	}
+	acts, _ := o.tbl.ReadCommit(ctx, res.Version)
+	if _, ok := acts[0].CommitInfo.OperationParameters["timestamp"]; !ok {
+		t.Errorf("commitInfo lacks the timestamp: %+v", acts[0].CommitInfo.OperationParameters)
+	}
+	if _, err := Restore(ctx, o.tbl, RestoreTarget{Version: res.Version}, RestoreOptions{}); err == nil || !strings.Contains(err.Error(), "not older than the latest version") {
+		t.Fatalf("restore to the latest version: %v", err)
+	}
+}
