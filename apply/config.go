@@ -219,7 +219,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &ConfigError{File: name, Errors: dedupe(errs)}
+		return nil, &ConfigError{File: name, Errors: dedupe(prune(errs))}
 	}
 	raw, _ := json.Marshal(doc)
 	var cfg Config
@@ -425,6 +425,32 @@ func isIndex(s string) bool {
 		}
 	}
 	return true
+}
+
+// prune drops follow-on noise of the validator: a field reported "unknown"
+// only because its own value failed (JSON Schema drops the annotations of a
+// failed subschema), and the oneOf complaints next to an inline secret.
+func prune(errs []FieldError) []FieldError {
+	var out []FieldError
+	for _, e := range errs {
+		noise := false
+		for _, o := range errs {
+			if o == e {
+				continue
+			}
+			deeper := strings.HasPrefix(o.Path, e.Path+".") || strings.HasPrefix(o.Path, e.Path+"[")
+			if e.Message == "unknown field" && deeper {
+				noise = true
+			}
+			if strings.HasPrefix(o.Message, "secrets are not read") && deeper {
+				noise = true
+			}
+		}
+		if !noise {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func dedupe(errs []FieldError) []FieldError {

@@ -47,7 +47,7 @@ type subcommand struct {
 func subcommands() []subcommand {
 	return append([]subcommand{
 		{"demo", "write a local Delta table through the Delta core and read it back (the streaming demo comes with the apply engine)", runDemo},
-	}, opsSubcommands()...)
+	}, append(engineSubcommands(), opsSubcommands()...)...)
 }
 
 // run executes the subcommand named by args[0]; it is main without the

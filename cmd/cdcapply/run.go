@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/cdcapply/cdcapply/apply"
+)
+
+// engineSubcommands are the verbs of the streaming engine itself.
+func engineSubcommands() []subcommand {
+	return []subcommand{
+		{"run", "apply the pipeline of a configuration file (-c pipeline.yaml) until interrupted", runRun},
+		{"config", "config validate FILE | config schema: check a pipeline file, or print its JSON Schema", runConfig},
+	}
+}
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "pipeline.yaml", "pipeline configuration file")
+	format := fs.String("log-format", "json", "log format: json or text")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	log, err := newLogger(stderr, *format, *level)
+	if err != nil {
+		return err
+	}
+	cfg, err := apply.LoadConfig(*path)
+	if err != nil {
+		return err
+	}
+	e, err := apply.NewEngine(cfg, apply.Logger(log))
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "pipeline", cfg.Pipeline.ID, "group", cfg.Kafka.Group, "tables", len(cfg.Tables))
+	if err := e.Run(ctx); err != nil {
+		return err
+	}
+	if halted := e.Halted(); len(halted) > 0 {
+		var errs []error
+		for name, err := range halted {
+			errs = append(errs, fmt.Errorf("table %s halted: %w", name, err))
+		}
+		return errors.Join(errs...)
+	}
+	log.Info("stopped", "pipeline", cfg.Pipeline.ID)
+	return nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("parse -log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("parse -log-format %q: want json or text", format)
+}
+
+func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: cdcapply config validate FILE | cdcapply config schema")
+		return errUsage
+	}
+	switch args[0] {
+	case "schema":
+		_, err := stdout.Write(apply.ConfigSchema)
+		return err
+	case "validate":
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: cdcapply config validate FILE")
+			return errUsage
+		}
+		cfg, err := apply.LoadConfig(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: valid: pipeline %s, %d table(s)\n", args[1], cfg.Pipeline.ID, len(cfg.Tables))
+		return nil
+	}
+	fmt.Fprintf(stderr, "cdcapply config: unknown action %q (want validate or schema)\n", args[0])
+	return errUsage
+}
