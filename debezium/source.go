@@ -178,48 +178,77 @@ type strconvError string
 func (e strconvError) Error() string { return string(e) }
 
 // parsePGSequence reads the JSON array text of source.sequence, which in
-// JSON records arrives escaped inside a string: ["[\"1\",\"2\"]"].
+// JSON records arrives escaped inside a string: "[\"1\",\"2\"]". It reads
+// the text in place (escaped quotes count as quotes) without allocating.
 func parsePGSequence(v srcVal, parts *[2]Part) (int, error) {
 	b := v.s
-	if v.esc {
-		var buf [96]byte
-		var err error
-		if b, err = unescapeInto(buf[:0], v.s); err != nil {
-			return 0, err
+	i := 0
+	ws := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
 		}
 	}
-	s := scanner{b: b}
-	if !s.expect('[') {
-		return 0, s.err
+	quote := func() bool { // consumes " or \" when next
+		switch {
+		case i < len(b) && b[i] == '"':
+			i++
+			return true
+		case v.esc && i+1 < len(b) && b[i] == '\\' && b[i+1] == '"':
+			i += 2
+			return true
+		}
+		return false
 	}
+	bad := strconvError("source.sequence is not a JSON array of LSNs")
+	ws()
+	if i >= len(b) || b[i] != '[' {
+		return 0, bad
+	}
+	i++
 	n := 0
-	for first := true; s.element(first); first = false {
+	for {
+		ws()
+		if i < len(b) && b[i] == ']' && n == 0 {
+			i++
+			break
+		}
 		var p Part
-		switch s.peek() {
-		case 'n':
-			s.null()
-		case '"':
-			raw, _ := s.rawString()
-			v, err := parseLSNBytes(raw)
-			if err != nil {
-				return 0, err
-			}
-			p = Part{Kind: PartUint, U: v}
+		switch {
+		case len(b)-i >= 4 && string(b[i:i+4]) == "null":
+			i += 4
 		default:
-			i, _, isInt := s.number()
-			if !isInt || i < 0 {
-				return 0, strconvError("lsn is not an unsigned integer")
+			quoted := quote()
+			start := i
+			for i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] >= 'A' && b[i] <= 'F' || b[i] >= 'a' && b[i] <= 'f' || b[i] == '/') {
+				i++
 			}
-			p = Part{Kind: PartUint, U: uint64(i)}
+			u, err := parseLSNBytes(b[start:i])
+			if err != nil || start == i {
+				return 0, bad
+			}
+			if quoted && !quote() {
+				return 0, bad
+			}
+			p = Part{Kind: PartUint, U: u}
 		}
 		if n < 2 {
 			parts[n] = p
 		}
 		n++
+		ws()
+		if i < len(b) && b[i] == ',' {
+			i++
+			continue
+		}
+		if i < len(b) && b[i] == ']' {
+			i++
+			break
+		}
+		return 0, bad
 	}
-	s.end()
-	if s.err != nil {
-		return 0, s.err
+	ws()
+	if i != len(b) {
+		return 0, bad
 	}
 	return n, nil
 }
