@@ -25,7 +25,9 @@ import (
 // fails it in CI, so CI cannot pass by testing less.
 func ckptConformanceDir(t testing.TB) string {
 	t.Helper()
-	dirs := []string{os.Getenv("CDCAPPLY_CONFORMANCE"), "conformance", "../../shared/delta-conformance", "/work/shared/delta-conformance"}
+	// DELTA_CONFORMANCE is what the replay tests read; the rest are the
+	// usual places next to the repository.
+	dirs := []string{os.Getenv("DELTA_CONFORMANCE"), os.Getenv("CDCAPPLY_CONFORMANCE"), "../../shared/delta-conformance", "/work/shared/delta-conformance"}
 	for _, d := range dirs {
 		if d == "" {
 			continue
@@ -39,9 +41,9 @@ func ckptConformanceDir(t testing.TB) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("delta conformance data not found (set CDCAPPLY_CONFORMANCE)")
+		t.Fatalf("delta conformance data not found (set DELTA_CONFORMANCE)")
 	}
-	t.Skip("delta conformance data not found (set CDCAPPLY_CONFORMANCE)")
+	t.Skip("delta conformance data not found (set DELTA_CONFORMANCE)")
 	return ""
 }
 
@@ -498,11 +500,11 @@ func FuzzCheckpointDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(seed)
-	if dir := os.Getenv("CDCAPPLY_CONFORMANCE"); dir != "" {
-		for _, p := range []string{"kernel-data/app-txn-checkpoint/_delta_log/00000000000000000001.checkpoint.parquet"} {
-			if b, err := os.ReadFile(filepath.Join(dir, p)); err == nil {
-				f.Add(b)
-			}
+	// A Spark-written checkpoint as a second seed, when the data is here.
+	for _, dir := range []string{os.Getenv("DELTA_CONFORMANCE"), "../../shared/delta-conformance"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "kernel-data/app-txn-checkpoint/_delta_log/00000000000000000001.checkpoint.parquet")); dir != "" && err == nil {
+			f.Add(b)
+			break
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
