@@ -254,3 +254,85 @@ func TestEngineColumnNames(t *testing.T) {
 		t.Fatalf("engine columns renamed to %s, %s: update verify.go", apply.ColSeq, apply.ColDeleted)
 	}
 }
+
+// TestBatchResolutionEqualsOracle is the same property over many more
+// streams, with the engine's reducer and resolver on an in-memory table
+// instead of Parquet files: cheap enough to try every seed's irregular
+// orderings against every batching.
+func TestBatchResolutionEqualsOracle(t *testing.T) {
+	ctx := context.Background()
+	dec, err := debezium.New(debezium.SourceConnector(debezium.ConnectorPostgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := 40
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := uint64(100); seed < uint64(100+seeds); seed++ {
+		cfg := propertyConfig(seed)
+		if seed%3 == 0 {
+			cfg.Keys, cfg.SnapshotKeys, cfg.HotKeys = 25, 0, 4 // few keys, each changed many times
+		}
+		g, err := workload.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields, err := g.DeltaFields()
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout, err := apply.NewLayout(fields, g.KeyColumns())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(seed, 7))
+		table := map[string]*apply.StoredRow{}
+		var batch []*apply.Change
+		flush := func() {
+			for _, r := range apply.Reduce(batch) {
+				kind, vals, _ := r.Resolve(table[r.Winner.Key])
+				if kind != apply.RowStale {
+					table[r.Winner.Key] = &apply.StoredRow{Seq: r.Winner.Seq, Deleted: r.Winner.Delete, Values: vals}
+				}
+			}
+			batch = batch[:0]
+		}
+		cut := 1 + rng.IntN(50)
+		var ev workload.Event
+		for g.Next(&ev) {
+			ch, err := dec.Decode(ctx, &ev.Record)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Class == debezium.ClassChange {
+				c, err := layout.Project(&ch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, c)
+			}
+			if cut--; cut == 0 {
+				flush()
+				cut = 1 + rng.IntN(50)
+			}
+		}
+		flush()
+		o := g.Oracle()
+		if int64(len(table)) != o.Len() {
+			t.Fatalf("seed %d: %d rows, oracle %d", seed, len(table), o.Len())
+		}
+		o.Rows(func(want workload.Row) bool {
+			got := table[apply.EncodeKey(want.Values, layout.Key)]
+			if got == nil || string(got.Seq) != string(want.Seq) || got.Deleted != want.Deleted {
+				t.Fatalf("seed %d id %d: got %+v, want seq %x deleted %v", seed, want.ID, got, want.Seq, want.Deleted)
+			}
+			for c := range want.Values {
+				if !got.Values[c].Equal(want.Values[c]) {
+					t.Fatalf("seed %d id %d column %d: got %#v, want %#v", seed, want.ID, c, got.Values[c], want.Values[c])
+				}
+			}
+			return true
+		})
+	}
+}
