@@ -357,3 +357,30 @@ func encodePqarrow(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// BenchmarkReadColumns reads two of the ten columns (key and sequence),
+// what the merge needs of a candidate file.
+func BenchmarkReadColumns(b *testing.B) {
+	rec := benchRecord(b, benchRows)
+	defer rec.Release()
+	st := storage.NewLocal(b.TempDir())
+	l := benchLayout()
+	ctx := context.Background()
+	add, err := Write(ctx, st, l, rec, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		out, err := Read(ctx, st, l, add, Columns("id", "seq"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out.NumRows() != benchRows || out.NumCols() != 2 {
+			b.Fatalf("read %dx%d", out.NumRows(), out.NumCols())
+		}
+		out.Release()
+	}
+	report(b, benchRows, cpu0)
+}

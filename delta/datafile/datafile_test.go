@@ -719,3 +719,44 @@ func TestWriteRefusesNestedNulls(t *testing.T) {
 		t.Fatalf("null in a non-nullable nested field: err %v", err)
 	}
 }
+
+// TestReadColumns reads subsets of columns, with a deletion vector: each
+// equals the same columns of a full read.
+func TestReadColumns(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	l := allTypes(t, MappingID)
+	rec := sampleRecord(t, l, 9)
+	defer rec.Release()
+	pv := "p"
+	add, err := Write(ctx, st, l, rec, map[string]*string{"part": &pv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add.DeletionVector, _ = dv.Inline(roaring64.BitmapOf(2, 5))
+	full, err := Read(ctx, st, l, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Release()
+	for _, cols := range [][]string{{"i64"}, {"st", "i64", "part"}, {"part"}, {"d25", "ntz"}} {
+		got, err := Read(ctx, st, l, add, Columns(cols...))
+		if err != nil {
+			t.Fatalf("%v: %v", cols, err)
+		}
+		if got.NumRows() != full.NumRows() || int(got.NumCols()) != len(cols) {
+			t.Fatalf("%v: %dx%d, want %dx%d", cols, got.NumRows(), got.NumCols(), full.NumRows(), len(cols))
+		}
+		for c := 0; c < int(got.NumCols()); c++ {
+			name := got.ColumnName(c)
+			idx := full.Schema().FieldIndices(name)
+			if len(idx) != 1 || !array.Equal(got.Column(c), full.Column(idx[0])) {
+				t.Errorf("%v: column %s differs from the full read", cols, name)
+			}
+		}
+		got.Release()
+	}
+	if _, err := Read(ctx, st, l, add, Columns("nope")); err == nil {
+		t.Error("unknown column accepted")
+	}
+}

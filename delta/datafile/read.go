@@ -20,7 +20,13 @@ import (
 // ReadParquet decodes a whole Parquet file into one Arrow record in the
 // file's own schema (physical names, the file's types). It is the plain
 // reader under Read, and what tests use to read reference files.
-func ReadParquet(ctx context.Context, data []byte) (rec arrow.RecordBatch, err error) {
+func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
+	return readParquet(ctx, data, nil)
+}
+
+// readParquet is ReadParquet reading only the top-level fields pick
+// returns (indexes into the file's fields; nil pick reads all).
+func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []int) (rec arrow.RecordBatch, err error) {
 	// arrow-go's decoder can panic on a corrupt file (slice bounds, bad
 	// lengths); a corrupt data file must fail the read, not the process.
 	defer func() {
@@ -38,7 +44,29 @@ func ReadParquet(ctx context.Context, data []byte) (rec arrow.RecordBatch, err e
 	if err != nil {
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
-	tbl, err := fr.ReadTable(ctx)
+	var tbl arrow.Table
+	if pick == nil {
+		tbl, err = fr.ReadTable(ctx)
+	} else {
+		var sc *arrow.Schema
+		if sc, err = fr.Schema(); err != nil {
+			return nil, fmt.Errorf("read parquet schema: %w", err)
+		}
+		// pqarrow selects by leaf column: gather every leaf of each field.
+		var leaves []int
+		for _, i := range pick(sc.Fields()) {
+			leaves = appendLeaves(leaves, fr.Manifest.Fields[i])
+		}
+		if len(leaves) == 0 {
+			// Only partition or missing columns: the row count is all we need.
+			return array.NewRecordBatch(arrow.NewSchema(nil, nil), nil, pr.NumRows()), nil
+		}
+		groups := make([]int, pr.NumRowGroups())
+		for i := range groups {
+			groups[i] = i
+		}
+		tbl, err = fr.ReadRowGroups(ctx, leaves, groups)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read parquet: %w", err)
 	}
@@ -67,12 +95,78 @@ func ReadParquet(ctx context.Context, data []byte) (rec arrow.RecordBatch, err e
 	return rec, nil
 }
 
+func appendLeaves(out []int, f pqarrow.SchemaField) []int {
+	if len(f.Children) == 0 {
+		return append(out, f.ColIndex)
+	}
+	for _, c := range f.Children {
+		out = appendLeaves(out, c)
+	}
+	return out
+}
+
+// ReadOption configures Read.
+type ReadOption func(*readOptions)
+
+type readOptions struct {
+	columns []string
+}
+
+// Columns makes Read return only the named columns (logical names, in
+// table schema order) and decode only their Parquet column chunks: the
+// apply engine reads keys and sequences of candidate files this way.
+func Columns(names ...string) ReadOption {
+	return func(o *readOptions) { o.columns = append(o.columns, names...) }
+}
+
+// project returns l with its schema cut to the named columns.
+func (l Layout) project(names []string) (Layout, error) {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		if _, _, ok := l.Schema.Field(n); !ok {
+			return Layout{}, fmt.Errorf("no column %q in the table", n)
+		}
+		want[n] = true
+	}
+	out := l
+	out.Schema = delta.StructType{}
+	for _, f := range l.Schema.Fields {
+		if want[f.Name] {
+			out.Schema.Fields = append(out.Schema.Fields, f)
+		}
+	}
+	return out, nil
+}
+
 // Read returns the live rows of the data file of add as one record in the
 // table's logical schema (ArrowSchema of l.Schema): partition columns come
 // from add.partitionValues, columns the file lacks are null, narrower file
 // types are widened, and rows deleted by add's deletion vector are gone.
 // st is rooted at the table.
-func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add) (arrow.RecordBatch, error) {
+func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, opts ...ReadOption) (arrow.RecordBatch, error) {
+	var o readOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	var pick func([]arrow.Field) []int
+	if len(o.columns) > 0 {
+		var err error
+		if l, err = l.project(o.columns); err != nil {
+			return nil, fmt.Errorf("read data file %s: %w", add.Path, err)
+		}
+		pick = func(fields []arrow.Field) []int {
+			var idx []int
+			for _, f := range l.Schema.Fields {
+				if l.isPartition(f.Name) {
+					continue
+				}
+				if i := l.findField(fields, f); i >= 0 {
+					idx = append(idx, i)
+				}
+			}
+			return idx
+		}
+	}
 	p, abs, err := delta.DecodePath(add.Path)
 	if err != nil {
 		return nil, fmt.Errorf("read data file: %w", err)
@@ -88,7 +182,7 @@ func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add) (ar
 	if err != nil {
 		return nil, fmt.Errorf("read data file: %w", err)
 	}
-	raw, err := ReadParquet(ctx, data)
+	raw, err := readParquet(ctx, data, pick)
 	if err != nil {
 		return nil, fmt.Errorf("read data file %s: %w", p, err)
 	}
