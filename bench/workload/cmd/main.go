@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,7 +55,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&cfg.Keys, "keys", cfg.Keys, "key space")
 	fs.Int64Var(&cfg.SnapshotKeys, "snapshot-keys", cfg.SnapshotKeys, "rows read by the initial snapshot")
 	fs.Int64Var(&cfg.Events, "events", cfg.Events, "streamed changes after the snapshot")
-	partitions := fs.Int("partitions", int(cfg.Partitions), "partitions of the table's topic")
+	fs.Func("partitions", fmt.Sprintf("partitions of the table's topic (default %d)", cfg.Partitions), func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 32)
+		cfg.Partitions = int32(n)
+		return err
+	})
 	fs.IntVar(&cfg.Columns, "columns", cfg.Columns, "columns per row")
 	fs.Float64Var(&cfg.Update, "update", cfg.Update, "weight of updates")
 	fs.Float64Var(&cfg.Insert, "insert", cfg.Insert, "weight of inserts")
@@ -84,7 +89,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 	}
-	cfg.Partitions = int32(*partitions)
 	switch cmd {
 	case "produce":
 		return produce(ctx, cfg, strings.Split(*brokers, ","), *batch, out)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,30 @@ func TestRejectsUnknownCommand(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"verify"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("verify without -table accepted")
+	}
+}
+
+func TestConfigFileThenFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/w.json"
+	if err := os.WriteFile(file, []byte(`{"Partitions": 5, "Events": 7, "Keys": 10, "SnapshotKeys": 0, "KafkaTombstones": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"dump", "-config", file, "-events", "9", "-duplicates", "0", "-replays", "0"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, l := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r["partition"].(float64) >= 5 {
+			t.Fatalf("partition %v of 5", r["partition"])
+		}
+	}
+	if len(lines) != 9 { // the flag's 9 events, not the file's 7
+		t.Fatalf("%d records, want 9", len(lines))
 	}
 }
