@@ -2,9 +2,11 @@ package maintenance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/maintenance"
 )
 
 // pgChange is a Debezium PostgreSQL change event of orders(id int, status
@@ -156,5 +159,76 @@ func TestRestoreAndReplayThroughEngine(t *testing.T) {
 	}
 	if got := deltaRSRows(t, dir); !same(got, want) {
 		t.Fatalf("delta-rs after restore and replay: %v, want %v", got, want)
+	}
+}
+
+// TestOptimizeAlongsideEngine compacts the table again and again while the
+// engine applies inserts and updates: the engine never halts, every
+// compaction either commits or gives up after conflicts, and the table
+// ends equal to the oracle (read by delta-rs too).
+func TestOptimizeAlongsideEngine(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dir := t.TempDir() + "/orders"
+	stop := runEngine(t, c.ListenAddrs(), dir, "g", "postgresql")
+	defer stop()
+	oracle := map[int]string{}
+	next, lsn := int64(0), int64(0)
+	send := func(id int, status string) {
+		lsn++
+		k, v := pgChange(id, lsn, "u", status)
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "orders", Key: k, Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		next++
+		oracle[id] = status
+	}
+	send(0, "first")
+	waitNext(t, dir, next)
+	tbl := delta.Open(storage.NewLocal(dir))
+	committed, retried, gaveUp := 0, 0, 0
+	for round := 1; round <= 8; round++ {
+		for i := 0; i < 4; i++ {
+			send(round*10+i, "new") // new keys: a new small file
+		}
+		waitNext(t, dir, next)
+		// Not waited for: the engine applies it while compaction runs,
+		// rewriting a file the compaction may be compacting.
+		send(round*10-10, fmt.Sprintf("updated-%d", round))
+		send(round*100, "new")
+		res, err := maintenance.Optimize(context.Background(), tbl, maintenance.OptimizeOptions{Logger: discard})
+		switch {
+		case err == nil && res.Version >= 0:
+			committed++
+			retried += res.Attempts - 1
+		case err != nil && errors.Is(err, delta.ErrConflict):
+			gaveUp++
+		case err != nil:
+			t.Fatalf("round %d: optimize: %v", round, err)
+		}
+	}
+	waitNext(t, dir, next)
+	t.Logf("compactions: %d committed (%d retries after conflicts), %d gave up", committed, retried, gaveUp)
+	if committed == 0 {
+		t.Fatal("no compaction committed while the stream ran")
+	}
+	var want []string
+	for id, s := range oracle {
+		want = append(want, fmt.Sprintf("%d %s false", id, s))
+	}
+	sort.Strings(want)
+	if got := rows(t, dir); !same(got, want) {
+		t.Fatalf("after %d compactions alongside the stream: %v, want %v", committed, got, want)
+	}
+	if got := deltaRSRows(t, dir); !same(got, want) {
+		t.Fatalf("delta-rs: %v, want %v", got, want)
 	}
 }
