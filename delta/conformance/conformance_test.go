@@ -26,8 +26,8 @@ import (
 // goldenDir holds the tables; the repository's shared/ folder sits next to
 // the work tree both on developer machines and in CI.
 var goldenDir = func() string {
-	if d := os.Getenv("DELTA_CONFORMANCE_DIR"); d != "" {
-		return d
+	if d := os.Getenv("DELTA_CONFORMANCE"); d != "" {
+		return filepath.Join(d, "golden")
 	}
 	return "../../../shared/delta-conformance/golden"
 }()
@@ -94,7 +94,7 @@ const (
 func TestGoldenTables(t *testing.T) {
 	tars, _ := filepath.Glob(filepath.Join(goldenDir, "*.tar.zst"))
 	if len(tars) == 0 {
-		t.Fatalf("no golden tables under %s (set DELTA_CONFORMANCE_DIR)", goldenDir)
+		t.Fatalf("no golden tables under %s (set DELTA_CONFORMANCE to the delta-conformance folder)", goldenDir)
 	}
 	if _, err := exec.LookPath("zstd"); err != nil {
 		t.Fatalf("tar --zstd needs the zstd program: %v", err)

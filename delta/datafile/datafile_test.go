@@ -25,7 +25,14 @@ import (
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
-const kernelData = "../../../shared/delta-conformance/kernel-data"
+// kernelData holds Spark's reference tables; the repository's shared/
+// folder sits next to the work tree, locally and in CI.
+var kernelData = func() string {
+	if d := os.Getenv("DELTA_CONFORMANCE"); d != "" {
+		return filepath.Join(d, "kernel-data")
+	}
+	return "../../../shared/delta-conformance/kernel-data"
+}()
 
 // allTypes is a table with every primitive type cdcapply writes and one
 // partition column.
