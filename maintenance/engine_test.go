@@ -19,6 +19,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/maintenance"
+	"github.com/cdcapply/cdcapply/tombstone"
 )
 
 // pgChange is a Debezium PostgreSQL change event of orders(id int, status
@@ -227,6 +228,72 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	sort.Strings(want)
 	if got := rows(t, dir); !same(got, want) {
 		t.Fatalf("after %d compactions alongside the stream: %v, want %v", committed, got, want)
+	}
+	if got := deltaRSRows(t, dir); !same(got, want) {
+		t.Fatalf("delta-rs: %v, want %v", got, want)
+	}
+}
+
+// TestPurgeRacingReviveThroughEngine revives key 2 through the running
+// engine exactly between the purge's read and its commit: the purge
+// conflicts, retries, and purges only key 3; the engine goes on, and the
+// table equals the oracle.
+func TestPurgeRacingReviveThroughEngine(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dir := t.TempDir() + "/orders"
+	stop := runEngine(t, c.ListenAddrs(), dir, "g", "postgresql")
+	defer stop()
+	next := int64(0)
+	send := func(id int, lsn int64, op, status string) {
+		k, v := pgChange(id, lsn, op, status)
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "orders", Key: k, Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		next++
+	}
+	send(1, 10, "c", "a")
+	send(2, 11, "c", "b")
+	send(3, 12, "c", "c")
+	send(2, 20, "d", "")
+	send(3, 21, "d", "")
+	waitNext(t, dir, next)
+
+	tbl := delta.Open(storage.NewLocal(dir))
+	// The tombstones carry today's source time: purge as if eight days
+	// had passed, past the week's lateness.
+	later := time.Now().Add(8 * 24 * time.Hour)
+	res, err := tombstone.Purge(context.Background(), tbl, tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Logger: discard,
+		Now: func() time.Time { return later },
+		BeforeCommit: func(ctx context.Context, attempt int) error {
+			if attempt == 1 {
+				send(2, 30, "u", "revived")
+				waitNext(t, dir, next)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 || res.Rows != 1 || strings.Join(res.Keys, " ") != "id=3" {
+		t.Fatalf("purge: attempts %d rows %d keys %v, want 2, 1, [id=3]", res.Attempts, res.Rows, res.Keys)
+	}
+	// The engine goes on after the purge (its next commit re-reads the
+	// table if it touched a purged file).
+	send(1, 40, "u", "a2")
+	send(4, 41, "c", "d")
+	waitNext(t, dir, next)
+	want := []string{"1 a2 false", "2 revived false", "4 d false"}
+	if got := rows(t, dir); !same(got, want) {
+		t.Fatalf("table %v, want %v", got, want)
 	}
 	if got := deltaRSRows(t, dir); !same(got, want) {
 		t.Fatalf("delta-rs: %v, want %v", got, want)
