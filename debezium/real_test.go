@@ -218,6 +218,20 @@ func realDecoders(t *testing.T, runs []realRun) map[string]*Decoder {
 		}
 		out["postgres-jsonmodes"] = d
 	}
+	if _, ok := findRun(runs, "mariadb-json"); ok {
+		d, err := New(SourceConnector(ConnectorMySQL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["mariadb-json"] = d
+	}
+	if run, ok := findRun(runs, "mariadb-avro"); ok {
+		d, err := New(SourceConnector(ConnectorMySQL), ValueFormat(FormatAvro), SchemaRegistry(run.schemas))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["mariadb-avro"] = d
+	}
 	if _, ok := findRun(runs, "postgres-jsonnoschema"); ok {
 		opts := []Option{SourceConnector(ConnectorPostgres)}
 		for table, rt := range inlineRowTypes(t, json) {
@@ -262,6 +276,13 @@ func TestRealFixturesDecodeInOrder(t *testing.T) {
 						t.Errorf("%s %s: class %s on the heartbeat topic", name, x.ch.Pos, x.ch.Class)
 					}
 					continue
+				case !strings.Contains(topic, "."):
+					// The MySQL connector's schema change topic is the bare
+					// topic prefix.
+					if x.ch.Class != ClassSchemaChange {
+						t.Errorf("%s %s: class %s on the schema change topic", name, x.ch.Pos, x.ch.Class)
+					}
+					continue
 				case strings.HasSuffix(topic, ".transaction"):
 					if x.ch.Class != ClassTransaction || (x.ch.Tx.Status != "BEGIN" && x.ch.Tx.Status != "END") || x.ch.Tx.ID == "" {
 						t.Errorf("%s %s: transaction marker %+v", name, x.ch.Pos, x.ch)
@@ -284,7 +305,13 @@ func TestRealFixturesDecodeInOrder(t *testing.T) {
 				prev = x.ch.Seq
 			}
 		}
-		for _, c := range []Class{ClassChange, ClassKafkaTombstone, ClassHeartbeat, ClassTransaction} {
+		want := []Class{ClassChange, ClassKafkaTombstone, ClassHeartbeat}
+		if strings.HasPrefix(name, "postgres") {
+			want = append(want, ClassTransaction) // provide.transaction.metadata=true
+		} else {
+			want = append(want, ClassSchemaChange) // the MySQL schema change topic
+		}
+		for _, c := range want {
 			if counts[c] == 0 {
 				t.Errorf("%s: no %s records", name, c)
 			}
@@ -317,45 +344,79 @@ func TestRealFixturesAgreeAcrossForms(t *testing.T) {
 			continue
 		}
 		got := decodeRun(t, run, decs[other.run])
-		flat := other.run == "postgres-flat"
-		for _, table := range []string{"all_types", "order_lines", "documents", "scratch", "accounts", "places"} {
-			want := changesOf(base, "postgres_json", table)
-			if flat {
-				// ExtractNewRecordState drops truncate events.
-				want = slices.DeleteFunc(slices.Clone(want), func(c Change) bool { return c.Op == OpTruncate })
+		compareForms(t, other.run, changesOf2(base, "postgres_json.cdc"), changesOf2(got, other.prefix+".cdc"),
+			[]string{"all_types", "order_lines", "documents", "scratch", "accounts", "places"}, other.run == "postgres-flat")
+	}
+}
+
+// TestRealMariaDBFormsAgree checks that the Avro recording of the MariaDB
+// workload decodes to the same changes as the JSON one, value by value.
+func TestRealMariaDBFormsAgree(t *testing.T) {
+	runs := requireRealRuns(t)
+	jsonRun, ok1 := findRun(runs, "mariadb-json")
+	avroRun, ok2 := findRun(runs, "mariadb-avro")
+	if !ok1 || !ok2 {
+		t.Skip("no MariaDB recordings")
+	}
+	decs := realDecoders(t, runs)
+	base := decodeRun(t, jsonRun, decs["mariadb-json"])
+	got := decodeRun(t, avroRun, decs["mariadb-avro"])
+	compareForms(t, "mariadb-avro", changesOf2(base, "mariadb_json.cdcfix"), changesOf2(got, "mariadb_avro.cdcfix"),
+		[]string{"all_types", "order_lines", "scratch"}, false)
+}
+
+// changesOf2 returns a function listing a table's row changes under a
+// topic prefix.
+func changesOf2(byTopic map[string][]decoded, prefix string) func(table string) []Change {
+	return func(table string) []Change {
+		var out []Change
+		for _, x := range byTopic[prefix+"."+table] {
+			if x.ch.Class == ClassChange {
+				out = append(out, x.ch)
 			}
-			have := changesOf(got, other.prefix, table)
-			if len(have) != len(want) {
-				t.Errorf("%s %s: %d changes, want %d", other.run, table, len(have), len(want))
+		}
+		return out
+	}
+}
+
+// compareForms requires the same ops, keys, sequences and images, table by
+// table and change by change, from two recordings of one workload.
+func compareForms(t *testing.T, name string, base, other func(string) []Change, tables []string, flat bool) {
+	t.Helper()
+	for _, table := range tables {
+		want := base(table)
+		if flat {
+			// ExtractNewRecordState drops truncate events.
+			want = slices.DeleteFunc(slices.Clone(want), func(c Change) bool { return c.Op == OpTruncate })
+		}
+		have := other(table)
+		if len(have) != len(want) || len(want) == 0 {
+			t.Errorf("%s %s: %d changes, want %d", name, table, len(have), len(want))
+			continue
+		}
+		for i := range want {
+			w, h := want[i], have[i]
+			if w.Op != h.Op || !sameKey(w.Key, h.Key) {
+				t.Errorf("%s %s #%d: op %s key %v, want op %s key %v", name, table, i, h.Op, h.Key, w.Op, w.Key)
 				continue
 			}
-			for i := range want {
-				w, h := want[i], have[i]
-				if w.Op != h.Op || !sameKey(w.Key, h.Key) {
-					t.Errorf("%s %s #%d: op %s key %v, want op %s key %v", other.run, table, i, h.Op, h.Key, w.Op, w.Key)
-					continue
+			switch {
+			case w.Op == OpRead:
+			case flat:
+				// The recording's add.fields=op,lsn,source.ts_ms carries
+				// no source.sequence: only the lsn can agree.
+				if h.Seq.Parts[0].Kind != PartNull || h.Seq.Parts[1] != w.Seq.Parts[1] {
+					t.Errorf("%s %s #%d: seq %s, want lsn of %s", name, table, i, h.Seq, w.Seq)
 				}
-				switch {
-				case w.Op == OpRead:
-				case flat:
-					// The recording's add.fields=op,lsn,source.ts_ms carries
-					// no source.sequence: only the lsn can agree.
-					if h.Seq.Parts[0].Kind != PartNull || h.Seq.Parts[1] != w.Seq.Parts[1] {
-						t.Errorf("%s %s #%d: seq %s, want lsn of %s", other.run, table, i, h.Seq, w.Seq)
-					}
-				case w.Seq.Compare(h.Seq) != 0:
-					// Streamed changes sit at the same WAL position in every slot.
-					t.Errorf("%s %s #%d: seq %s, want %s", other.run, table, i, h.Seq, w.Seq)
-				}
-				wImg, hImg := w.After, h.After
-				if w.Op == OpDelete {
-					wImg, hImg = w.Before, h.Before
-					if !flat {
-						hImg = h.Before
-					}
-				}
-				sameRow(t, fmt.Sprintf("%s %s #%d", other.run, table, i), hImg, wImg)
+			case w.Seq.Compare(h.Seq) != 0:
+				// Streamed changes sit at the same log position in every recording.
+				t.Errorf("%s %s #%d: seq %s, want %s", name, table, i, h.Seq, w.Seq)
 			}
+			wImg, hImg := w.After, h.After
+			if w.Op == OpDelete {
+				wImg, hImg = w.Before, h.Before
+			}
+			sameRow(t, fmt.Sprintf("%s %s #%d", name, table, i), hImg, wImg)
 		}
 	}
 }

@@ -332,3 +332,120 @@ func TestRealFixtureHandlingModes(t *testing.T) {
 		}
 	}
 }
+
+// TestRealMariaDBValues checks the MariaDB recording (Debezium's MySQL
+// connector, default modes) against scripts/infra/fixtures/mariadb-*.sql.
+func TestRealMariaDBValues(t *testing.T) {
+	runs := requireRealRuns(t)
+	run, ok := findRun(runs, "mariadb-json")
+	if !ok {
+		t.Skip("no MariaDB recording")
+	}
+	byTopic := decodeRun(t, run, realDecoders(t, runs)["mariadb-json"])
+	types := changesOf2(byTopic, "mariadb_json.cdcfix")("all_types")
+	if len(types) < 4 {
+		t.Fatalf("%d all_types changes", len(types))
+	}
+	ns := func(h, m, s, frac int64) schema.Value { return schema.Int(((h*60+m)*60+s)*1_000_000_000 + frac*1000) }
+	checkColumns(t, "mariadb id 1", types[0].After, map[string]schema.Value{
+		"c_tinyint": schema.Int(127), "c_tinyint_u": schema.Int(255), "c_smallint": schema.Int(32767),
+		"c_mediumint": schema.Int(8388607), "c_int": schema.Int(2147483647), "c_int_u": schema.Int(4294967295),
+		"c_bigint": schema.Int(math.MaxInt64),
+		// bigint.unsigned.handling.mode=long: the uint64 bits as a long.
+		"c_bigint_u":  schema.Int(-1),
+		"c_decimal":   decimalValue(t, "12345678.9012", 4),
+		"c_float":     schema.Float(3.25),
+		"c_double":    schema.Float(2.718281828459045),
+		"c_bool":      schema.Int(1), // BOOLEAN is TINYINT(1): int16
+		"c_bit1":      schema.Bool(true),
+		"c_bit":       schema.Bytes([]byte{0xAA, 0x0A}),
+		"c_char":      schema.String("ab"),
+		"c_text":      schema.String("text with ünïcödé"),
+		"c_blob":      schema.Bytes(unhex("deadbeef00ff")),
+		"c_binary":    schema.Bytes(unhex("01020304")),
+		"c_varbinary": schema.Bytes(unhex("cafe")),
+		"c_date":      schema.Int(days("2024-02-29")),
+		"c_time":      ns(13, 45, 56, 123456),
+		"c_datetime":  schema.Int(tsMicros("2024-02-29T13:45:56.123456Z")),
+		"c_datetime0": schema.Int(tsMicros("2024-02-29T13:45:56Z")),
+		"c_timestamp": schema.Int(tsMicros("2024-02-29T13:45:56.123456Z")),
+		"c_year":      schema.Int(2024),
+		"c_enum":      schema.String("happy"),
+		"c_set":       schema.String("a,c"),
+		"c_json":      schema.String(`{"a": 1, "b": [true, null]}`),
+		// POINT(1 2): x, y, little-endian WKB, no SRID.
+		"c_point": schema.Struct(schema.Float(1), schema.Float(2), schema.Bytes(unhex("0101000000000000000000f03f0000000000000040")), schema.Null),
+	})
+	checkColumns(t, "mariadb id 3", types[2].After, map[string]schema.Value{
+		"c_tinyint": schema.Int(-128), "c_bigint": schema.Int(math.MinInt64), "c_bigint_u": schema.Int(0),
+		"c_decimal":   decimalValue(t, "-99999999.9999", 4),
+		"c_float":     schema.Float(float64(float32(-1.5e-10))),
+		"c_double":    schema.Float(1e308),
+		"c_bit":       schema.Bytes([]byte{0, 0}),
+		"c_varbinary": schema.Bytes([]byte{}),
+		"c_date":      schema.Null, // the zero date
+		"c_time":      schema.Int(-((838*60+59)*60 + 59) * 1_000_000_000),
+		"c_datetime":  schema.Int(tsMicros("1000-01-01T00:00:00Z")),
+		"c_datetime0": schema.Null, // the zero datetime
+		"c_timestamp": schema.Int(1_000_000),
+		"c_year":      schema.Int(1901),
+		"c_set":       schema.String(""),
+	})
+	checkColumns(t, "mariadb id 4", types[3].After, map[string]schema.Value{
+		"c_time":     schema.Int(((838*60+59)*60 + 59) * 1_000_000_000),
+		"c_datetime": schema.Int(tsMicros("9999-12-31T23:59:59.999999Z")),
+		"c_date":     schema.Int(days("9999-12-31")),
+		"c_year":     schema.Int(2155),
+	})
+
+	// Binary log rotation: FLUSH BINARY LOGS moves to binlog.000002 where
+	// positions restart low; those changes still order after.
+	lines := changesOf2(byTopic, "mariadb_json.cdcfix")("order_lines")
+	var before, after *Change
+	for i := range lines {
+		ch := &lines[i]
+		if ch.Seq.Parts[0].U == 1 && ch.Op == OpUpdate {
+			before = ch
+		}
+		if ch.Seq.Parts[0].U == 2 && after == nil {
+			after = ch
+		}
+	}
+	if before == nil || after == nil {
+		t.Fatal("no changes on both sides of the binlog rotation")
+	}
+	if after.Seq.Parts[1].U >= before.Seq.Parts[1].U || after.Seq.Compare(before.Seq) <= 0 {
+		t.Errorf("rotation: %s should order after %s with a lower position", after.Seq, before.Seq)
+	}
+	// The primary-key change: delete (200,3) and create (200,9) at one position.
+	var del, cre *Change
+	for i := range lines {
+		ch := &lines[i]
+		if ch.Op == OpDelete && ch.Key.Values[1].Equal(schema.Int(3)) {
+			del = ch
+		}
+		if ch.Op == OpCreate && ch.Key.Values[1].Equal(schema.Int(9)) {
+			cre = ch
+		}
+	}
+	if del == nil || cre == nil || del.Seq.Compare(cre.Seq) != 0 {
+		t.Errorf("primary-key change: delete %v create %v", del, cre)
+	}
+	// A column added mid-stream: later changes carry it, typed from the
+	// new inline schema.
+	last := lines[len(lines)-1]
+	checkColumns(t, "order_lines after ALTER", last.After, map[string]schema.Value{"note": schema.String("late note")})
+	if _, ok := lines[0].After.Get("note"); ok {
+		t.Error("the first change already has the added column")
+	}
+	// Truncate.
+	var truncates int
+	for _, ch := range changesOf2(byTopic, "mariadb_json.cdcfix")("scratch") {
+		if ch.Op == OpTruncate {
+			truncates++
+		}
+	}
+	if truncates != 1 {
+		t.Errorf("%d truncates, want 1", truncates)
+	}
+}
