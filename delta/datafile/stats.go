@@ -25,13 +25,14 @@ const StringPrefixLength = 32
 // point, and UTF-8 byte order is code point order.
 const maxTieBreaker = "\U0010FFFF"
 
-// Stats is the parsed form of an add action's stats JSON, in the key order
-// Spark writes; min/max/nullCount mirror the schema with physical names.
+// Stats are the statistics of one data file, rendered by JSON in the key
+// order Spark writes; the per-column parts mirror the schema with physical
+// names.
 type Stats struct {
 	NumRecords int64
-	MinValues  *object
-	MaxValues  *object
-	NullCount  *object
+	minValues  *object
+	maxValues  *object
+	nullCount  *object
 }
 
 // object is a JSON object with ordered keys; values are json.RawMessage
@@ -76,7 +77,7 @@ func (s *Stats) JSON() string {
 	for _, part := range []struct {
 		name string
 		o    *object
-	}{{"minValues", s.MinValues}, {"maxValues", s.MaxValues}, {"nullCount", s.NullCount}} {
+	}{{"minValues", s.minValues}, {"maxValues", s.maxValues}, {"nullCount", s.nullCount}} {
 		if part.o.empty() {
 			continue
 		}
@@ -130,7 +131,7 @@ func (s *statsSelector) take(path []string) bool {
 // table's data columns in logical schema order (partition columns are not
 // in data files and get no stats).
 func (l Layout) ComputeStats(rec arrow.RecordBatch) *Stats {
-	s := &Stats{NumRecords: rec.NumRows(), MinValues: &object{}, MaxValues: &object{}, NullCount: &object{}}
+	s := &Stats{NumRecords: rec.NumRows(), minValues: &object{}, maxValues: &object{}, nullCount: &object{}}
 	sel := l.selector()
 	ci := 0
 	for _, f := range l.Schema.Fields {
@@ -140,7 +141,7 @@ func (l Layout) ComputeStats(rec arrow.RecordBatch) *Stats {
 		if ci >= int(rec.NumCols()) {
 			break
 		}
-		l.fieldStats(sel, []string{f.Name}, f, rec.Column(ci), nil, s.MinValues, s.MaxValues, s.NullCount)
+		l.fieldStats(sel, []string{f.Name}, f, rec.Column(ci), nil, s.minValues, s.maxValues, s.nullCount)
 		ci++
 	}
 	return s
