@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +17,6 @@ import (
 // and reads it back: every record is at the offset and partition the
 // generator predicted, byte for byte.
 func TestProduceIntoKafka(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
@@ -24,8 +24,28 @@ func TestProduceIntoKafka(t *testing.T) {
 	defer cluster.Close()
 	cfg := busy(5)
 	cfg.Events = 3000
+	produceAndReadBack(t, cluster.ListenAddrs(), cfg)
+}
+
+// TestProduceIntoRealKafka does the same against a real Apache Kafka
+// broker (scripts/kafka.sh start) named by $CDCAPPLY_KAFKA_BROKERS, on
+// topics of a fresh name so earlier runs do not shift the offsets.
+func TestProduceIntoRealKafka(t *testing.T) {
+	brokers := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
+	if brokers == "" {
+		t.Skip("set CDCAPPLY_KAFKA_BROKERS to run against a real broker (scripts/kafka.sh start)")
+	}
+	cfg := busy(6)
+	cfg.Events = 5000
+	cfg.Server = fmt.Sprintf("wl%d", time.Now().UnixNano())
+	produceAndReadBack(t, strings.Split(brokers, ","), cfg)
+}
+
+func produceAndReadBack(t *testing.T, brokers []string, cfg Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	g := newGen(t, cfg)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +70,7 @@ func TestProduceIntoKafka(t *testing.T) {
 	for _, ev := range drain(t, newGen(t, cfg)) {
 		want[fmt.Sprintf("%s/%d@%d", ev.Record.Topic, ev.Record.Partition, ev.Record.Offset)] = ev
 	}
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...),
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(g.Topic(), g.HeartbeatTopic()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
