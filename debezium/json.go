@@ -523,6 +523,12 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 			}
 			return t.FromString(str)
 		}
+		if t.IsPlainText() {
+			if len(raw) == len(schema.Placeholder) && string(raw) == schema.Placeholder {
+				return schema.Unavailable, nil
+			}
+			return schema.String(string(raw)), nil
+		}
 		if t.Base == schema.BaseBytes && t.Name == "" || t.Logical == schema.LogicalBits {
 			// base64 straight from the input bytes: no string on the way.
 			buf := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))

@@ -213,6 +213,20 @@ func (t *Type) FromBool(v bool) (Value, error) {
 	return Bool(v), nil
 }
 
+// IsPlainText reports whether values of t are their text as sent: a string
+// column with no semantic conversion and no binary encoding to undo, so a
+// decoder may build the string directly (after checking the placeholder).
+func (t *Type) IsPlainText() bool {
+	if t.Base != BaseString || t.Name == binaryTextName || t.options().Binary != BinaryBytes {
+		return false
+	}
+	switch t.Logical {
+	case LogicalNone, LogicalJSON, LogicalXML, LogicalUUID, LogicalEnum, LogicalEnumSet, LogicalZonedTime, LogicalInterval:
+		return true
+	}
+	return false
+}
+
 // FromStringBytes is FromString for text still in the record buffer: types
 // whose value is not the text itself (timestamps, decimals, binary) parse it
 // in place, so only real string columns pay for a string.
