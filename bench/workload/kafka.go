@@ -58,6 +58,25 @@ func (s ProduceStats) PerSecond() float64 {
 // the partition of their key's hash that the generator chose. progress, if
 // not nil, is called after every batch.
 func Produce(ctx context.Context, cl *kgo.Client, g *Generator, batch int, progress func(ProduceStats)) (ProduceStats, error) {
+	return produce(ctx, cl, g, batch, 0, progress)
+}
+
+// ProduceAt sends the generator's records at a steady rate (records per
+// second) in ticks of 10ms, each tick's records in one synchronous
+// produce; a slow tick is made up by the next ones, so the average rate
+// holds while the brokers keep up. With Config.Clock set to time.Now, the
+// records' source commit times are when they were generated, which is what
+// end-to-end freshness is measured from.
+func ProduceAt(ctx context.Context, cl *kgo.Client, g *Generator, rate float64, progress func(ProduceStats)) (ProduceStats, error) {
+	if rate <= 0 {
+		return ProduceStats{}, fmt.Errorf("produce workload to %s: rate %v: want a positive rate", g.Topic(), rate)
+	}
+	return produce(ctx, cl, g, 0, rate, progress)
+}
+
+const tick = 10 * time.Millisecond
+
+func produce(ctx context.Context, cl *kgo.Client, g *Generator, batch int, rate float64, progress func(ProduceStats)) (ProduceStats, error) {
 	if batch <= 0 {
 		batch = 10_000
 	}
@@ -86,7 +105,26 @@ func Produce(ctx context.Context, cl *kgo.Client, g *Generator, batch int, progr
 		}
 		return nil
 	}
-	for g.Next(&ev) {
+	var sent int64 // records handed to the client, for pacing
+	for {
+		if rate > 0 && len(recs) == 0 {
+			// Wait until the schedule is due for at least one more record,
+			// then take every record it is due for, up to a batch.
+			due := int64(rate * time.Since(start).Seconds())
+			for due <= sent {
+				select {
+				case <-ctx.Done():
+					return st, fmt.Errorf("produce workload to %s: %w", g.Topic(), ctx.Err())
+				case <-time.After(tick):
+				}
+				due = int64(rate * time.Since(start).Seconds())
+			}
+			batch = int(min(due-sent, 100_000))
+		}
+		if !g.Next(&ev) {
+			break
+		}
+		sent++
 		r := ev.Record
 		kr := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 		for _, h := range r.Headers {

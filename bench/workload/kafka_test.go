@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdcapply/cdcapply/debezium"
 )
 
 // TestProduceIntoKafka produces a stream into an in-process Kafka (kfake)
@@ -93,5 +95,75 @@ func produceAndReadBack(t *testing.T, brokers []string, cfg Config) {
 	}
 	if got != len(want) {
 		t.Fatalf("read %d records, produced %d", got, len(want))
+	}
+}
+
+// TestProduceAtPacesAndStampsTime: a paced stream cannot finish before its
+// schedule, and with the wall clock every change's source commit time is
+// the time it was generated.
+func TestProduceAtPacesAndStampsTime(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := busy(8)
+	cfg.Events, cfg.SnapshotKeys = 1500, 0
+	cfg.Clock = time.Now
+	g := newGen(t, cfg)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	const rate = 5000.0
+	start := time.Now()
+	st, err := ProduceAt(ctx, cl, g, rate, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	if min := time.Duration(float64(st.Records-1) / rate * float64(time.Second)); end.Sub(start) < min {
+		t.Fatalf("%d records at %v/s took %v, less than the schedule's %v", st.Records, rate, end.Sub(start), min)
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(g.Topic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	dec, err := debezium.New(debezium.SourceConnector(debezium.ConnectorPostgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes, spread int64
+	first, last := int64(-1), int64(0)
+	for changes < g.Oracle().Counts().ChangeRecords {
+		fs := consumer.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			ch, err := dec.Decode(ctx, &debezium.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+			if err != nil || ch.Class != debezium.ClassChange {
+				return
+			}
+			changes++
+			if ch.SourceTsMs < start.UnixMilli() || ch.SourceTsMs > end.UnixMilli() {
+				t.Fatalf("source commit time %d outside the run [%d, %d]", ch.SourceTsMs, start.UnixMilli(), end.UnixMilli())
+			}
+			if first < 0 {
+				first = ch.SourceTsMs
+			}
+			last = max(last, ch.SourceTsMs)
+		})
+	}
+	if spread = last - first; spread < 100 {
+		t.Fatalf("commit times span %d ms over a paced %v run", spread, end.Sub(start))
 	}
 }

@@ -71,6 +71,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&cfg.HotKeys, "hot-keys", cfg.HotKeys, "number of hot keys")
 	fs.Float64Var(&cfg.HotFraction, "hot-fraction", cfg.HotFraction, "fraction of updates and deletes to hot keys")
 	brokers := fs.String("brokers", "localhost:9092", "produce: comma-separated brokers")
+	rate := fs.Float64("rate", 0, "produce: records per second (0: as fast as the brokers take them)")
+	fs.BoolFunc("wall-clock", "stamp source commit times with the wall clock (freshness runs)", func(string) error {
+		cfg.Clock = time.Now
+		return nil
+	})
 	batch := fs.Int("batch", 10_000, "produce: records per synchronous produce")
 	tableDir := fs.String("table", "", "verify: the Delta table's directory")
 	deltaRS := fs.Bool("deltars", false, "verify: also read the table with delta-rs")
@@ -91,7 +96,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	switch cmd {
 	case "produce":
-		return produce(ctx, cfg, strings.Split(*brokers, ","), *batch, out)
+		return produce(ctx, cfg, strings.Split(*brokers, ","), *batch, *rate, out)
 	case "verify":
 		return verify(ctx, cfg, *tableDir, *deltaRS, out)
 	case "dump":
@@ -100,7 +105,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return fmt.Errorf("unknown command %q: want produce, verify or dump", cmd)
 }
 
-func produce(ctx context.Context, cfg workload.Config, brokers []string, batch int, out io.Writer) error {
+func produce(ctx context.Context, cfg workload.Config, brokers []string, batch int, rate float64, out io.Writer) error {
 	g, err := workload.New(cfg)
 	if err != nil {
 		return err
@@ -115,12 +120,18 @@ func produce(ctx context.Context, cfg workload.Config, brokers []string, batch i
 		return err
 	}
 	last := time.Now()
-	st, err := workload.Produce(ctx, cl, g, batch, func(st workload.ProduceStats) {
+	progress := func(st workload.ProduceStats) {
 		if time.Since(last) >= time.Second {
 			last = time.Now()
 			fmt.Fprintf(out, "%d records, %.0f records/s\n", st.Records, st.PerSecond())
 		}
-	})
+	}
+	var st workload.ProduceStats
+	if rate > 0 {
+		st, err = workload.ProduceAt(ctx, cl, g, rate, progress)
+	} else {
+		st, err = workload.Produce(ctx, cl, g, batch, progress)
+	}
 	if err != nil {
 		return err
 	}
