@@ -767,3 +767,44 @@ func TestReadColumns(t *testing.T) {
 		t.Error("unknown column accepted")
 	}
 }
+
+// TestReadIgnoresStoredArrowSchema reads a file pyarrow wrote with large
+// strings, a dictionary, a large list, large binary and a string view in
+// its stored Arrow schema: the reader maps the Parquet types instead.
+// The file was made with pyarrow 26:
+//
+//	pq.write_table(pa.table({"s": pa.array(["a", "b", None], pa.large_string()),
+//	    "d": pa.array(["x", "y", "x"]).dictionary_encode(),
+//	    "l": pa.array([[1], [2, 3], None], pa.large_list(pa.int32())),
+//	    "b": pa.array([b"1", b"2", b"3"], pa.large_binary()),
+//	    "v": pa.array(["p", "q", "r"], pa.string_view())}), path)
+func TestReadIgnoresStoredArrowSchema(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "pyarrow-large-types.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadParquet(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	want := []string{"utf8", "utf8", "list<element: int32, nullable>", "binary", "utf8"}
+	for i, w := range want {
+		if got := rec.Column(i).DataType().String(); got != w {
+			t.Errorf("column %s: %s, want %s", rec.ColumnName(i), got, w)
+		}
+	}
+	l := Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "s", Type: delta.String, Nullable: true}, {Name: "d", Type: delta.String, Nullable: true},
+		{Name: "l", Type: delta.ArrayType{ElementType: delta.Integer, ContainsNull: true}, Nullable: true},
+		{Name: "b", Type: delta.Binary, Nullable: true}, {Name: "v", Type: delta.String, Nullable: true},
+	}}}
+	got, err := l.Conform(rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if s := got.Column(1).String(); s != `["x" "y" "x"]` {
+		t.Errorf("dictionary column read as %s", s)
+	}
+}

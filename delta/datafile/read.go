@@ -40,6 +40,15 @@ func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []in
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
 	defer pr.Close()
+	// Ignore an Arrow schema the writer stored in the file (pyarrow and
+	// delta-rs do): it brings back the writer's in-memory choices (large
+	// strings, dictionaries, views), while the Parquet types alone map to
+	// the Arrow types the Delta type mapping expects.
+	for _, kv := range pr.MetaData().KeyValueMetadata() {
+		if kv.Key == "ARROW:schema" {
+			kv.Key = "cdcapply.ignored:ARROW:schema"
+		}
+	}
 	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, mem)
 	if err != nil {
 		return nil, fmt.Errorf("open parquet: %w", err)
