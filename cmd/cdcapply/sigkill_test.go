@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdcapply/cdcapply/bench/workload"
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// buildBinary builds the real cdcapply command (without the race detector
+// the test binary may carry, so the killed process runs at normal speed).
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cdcapply")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess starts `cdcapply run -c cfg` as a child process; exited is
+// closed when it has exited.
+func startProcess(t *testing.T, bin, cfg, logPath string) (cmd *exec.Cmd, exited chan struct{}) {
+	t.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(bin, "run", "-c", cfg, "-log-format", "text", "-log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	return cmd, exited
+}
+
+// TestSIGKILLConvergesToOracle runs a real `cdcapply run` process over a
+// generated stream of 100,000 changes (updates, deletes, revivals, TOAST
+// placeholders, duplicates and replays) in an in-process Kafka, kills it
+// with SIGKILL at random moments and restarts it each time. The table ends
+// equal to the oracle, and the commitInfo accounting over every version
+// counts each record of the topic exactly once.
+func TestSIGKILLConvergesToOracle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a 100k-event stream")
+	}
+	bin := buildBinary(t)
+	wcfg := workload.Default()
+	wcfg.Seed = 42
+	wcfg.Events = 100_000
+	wcfg.Keys = 20_000
+	wcfg.Partitions = 3
+	g, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err := workload.Produce(ctx, cl, g, 5000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	total := int64(0)
+	regen, _ := workload.New(wcfg)
+	var ev workload.Event
+	for regen.Next(&ev) {
+		if ev.Record.Topic == g.Topic() {
+			ends[ev.Record.Partition] = ev.Record.Offset + 1
+			total++
+		}
+	}
+	t.Logf("produced %d records (%d on the table's topic) in %v", st.Records, total, st.Elapsed)
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "pipeline.yaml")
+	yaml := fmt.Sprintf(`pipeline: {id: crash}
+kafka: {brokers: [%s], group: crash-test}
+defaults: {flush: {max_latency: 200ms, max_records: 5000}}
+tables:
+  - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
+`, cluster.ListenAddrs()[0], g.Topic(), dir)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "cdcapply.log")
+	table := storage.NewLocal(filepath.Join(dir, "orders"))
+	position := func() (int64, *delta.Snapshot) {
+		snap, err := delta.Open(table).Snapshot(ctx)
+		if err != nil {
+			return 0, nil
+		}
+		pos := checkpoint.Restore(snap, "crash")
+		var sum int64
+		for p := range ends {
+			next, _ := pos.Next(checkpoint.TopicPartition{Topic: g.Topic(), Partition: p})
+			sum += next
+		}
+		return sum, snap
+	}
+	caughtUp := func() bool { p, _ := position(); return p == total }
+
+	rng := rand.New(rand.NewPCG(42, 1))
+	kills := 0
+	// Each run is killed at a random moment after it committed at least
+	// once more, so the kills land all over the commit cycle (reading,
+	// writing data files, committing, checkpointing) rather than all before
+	// the first commit.
+	for kills < 6 && !caughtUp() {
+		start, _ := position()
+		cmd, exited := startProcess(t, bin, cfgPath, logPath)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if p, _ := position(); p > start || time.Now().After(deadline) {
+				break
+			}
+		}
+		wait := time.Duration(rng.IntN(1500)) * time.Millisecond
+		time.Sleep(wait)
+		before, _ := position()
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-exited
+		kills++
+		t.Logf("kill %d, %v after a commit: %d of %d records applied", kills, wait, before, total)
+	}
+	// The last run goes to the end, then stops gracefully.
+	cmd, exited := startProcess(t, bin, cfgPath, logPath)
+	deadline := time.Now().Add(5 * time.Minute)
+	for !caughtUp() {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			log, _ := os.ReadFile(logPath)
+			p, _ := position()
+			t.Fatalf("not caught up after 5 minutes: %d of %d\n%s", p, total, tail(log, 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	<-exited
+	if kills == 0 {
+		t.Fatal("the process was never killed: the test proves nothing")
+	}
+
+	diff, err := workload.Verify(ctx, table, g.Oracle(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !diff.OK() {
+		t.Fatalf("after %d SIGKILLs the table differs from the oracle: %s", kills, diff)
+	}
+	_, snap := position()
+	var read, parts int64
+	for v := int64(0); v <= snap.Version; v++ {
+		acts, err := delta.Open(table).ReadCommit(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range acts {
+			if a.CommitInfo == nil {
+				continue
+			}
+			n := func(k string) int64 { x, _ := a.CommitInfo.OperationParameters[k].(float64); return int64(x) }
+			read += n("recordsRead")
+			parts += n("recordsApplied") + n("recordsStale") + n("recordsSkipped") + n("recordsQuarantined")
+		}
+	}
+	if read != total || parts != total {
+		t.Fatalf("accounting over %d versions: read %d, applied+stale+skipped+quarantined %d, want %d each", snap.Version+1, read, parts, total)
+	}
+	t.Logf("%d SIGKILLs; version %d; table equals the oracle (%s); %d records accounted for once each", kills, snap.Version, diff, total)
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
