@@ -417,7 +417,7 @@ type envelope struct {
 	before, after Row
 	rowType       *schema.Type // column types for keys
 	src           [srcCount]srcVal
-	extra         []srcVal // configured sequence fields not in src, by cfg.extraIndex
+	extra         []srcVal // configured sequence fields not in src, indexed like cfg.extra
 	tsMs          int64
 	deleted       bool // flattened __deleted
 	tx            TxMarker

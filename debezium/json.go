@@ -269,7 +269,7 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 				env.after = r
 			}
 		case "source":
-			d.jsonSource(s, env, false)
+			d.jsonSource(s, env)
 		case "op":
 			if s.null() {
 				continue
@@ -335,7 +335,7 @@ func (d *Decoder) envelopeMember(s *scanner, key []byte, env *envelope) bool {
 		}
 	case "transaction", "data_collections", "databaseName", "schemaName", "source", "op", "before", "after":
 		if string(key) == "source" {
-			d.jsonSource(s, env, false)
+			d.jsonSource(s, env)
 			return true
 		}
 		env.others++
@@ -393,7 +393,7 @@ func (d *Decoder) jsonMeta(s *scanner, key []byte, env *envelope) {
 }
 
 // jsonSource captures the source block's fields the decoder needs.
-func (d *Decoder) jsonSource(s *scanner, env *envelope, _ bool) {
+func (d *Decoder) jsonSource(s *scanner, env *envelope) {
 	if s.null() {
 		return
 	}
