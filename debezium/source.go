@@ -173,8 +173,10 @@ func (d *Decoder) sequence(env *envelope, ch *Change) (Sequence, *Rejection) {
 
 var errWant2 = strconvError("want two elements")
 
+// strconvError is a constant error text for sequence parsing failures.
 type strconvError string
 
+// Error returns the text.
 func (e strconvError) Error() string { return string(e) }
 
 // parsePGSequence reads the JSON array text of source.sequence, which in
