@@ -286,6 +286,7 @@ func TestRejections(t *testing.T) {
 		{"null lsn in sequence", key, strings.Replace(good, `"sequence":"[\"1\",\"2\"]"`, `"sequence":"[\"1\",null]"`, 1), ReasonNullSequence},
 		{"bad sequence", key, strings.Replace(good, `"sequence":"[\"1\",\"2\"]"`, `"sequence":"[\"x\",\"2\"]"`, 1), ReasonBadSequence},
 		{"int out of range", key, strings.Replace(good, `"id":1,`, `"id":4294967296,`, 1), ReasonOutOfRange},
+		{"int beyond 64 bits", key, strings.Replace(good, `"created_at":`, `"created_at":99999999999999999999999,"x":`, 1), ReasonOutOfRange},
 		{"decimal over precision", key, strings.Replace(good, `"price":"AeJB"`, `"price":"f////////w=="`, 1), ReasonOutOfRange},
 		{"wrong type", key, strings.Replace(good, `"active":false`, `"active":"no"`, 1), ReasonInvalidValue},
 		{"unknown column", key, strings.Replace(good, `"id":1,`, `"id":1,"extra":5,`, 1), ReasonUnknownColumn},

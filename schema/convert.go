@@ -187,6 +187,9 @@ func (t *Type) FromFloat(v float64) (Value, error) {
 		// (decimal.handling.mode=double); its shortest text is what the
 		// source meant.
 		return t.FromString(formatFloat(v))
+	case t.Base >= BaseInt8 && t.Base <= BaseInt64 && v == math.Trunc(v) && (v >= 1<<63 || v < -(1<<63)):
+		// An integer literal too large for 64 bits reaches here as a float.
+		return Value{}, outOfRange(t, "%v", v)
 	case t.Logical != LogicalNone:
 	case t.Base == BaseFloat32:
 		if !math.IsInf(v, 0) && !math.IsNaN(v) && math.Abs(v) > math.MaxFloat32 {
