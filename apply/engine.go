@@ -408,15 +408,8 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 		return
 	}
 	if ch.Op == debezium.OpTruncate {
-		switch t.cfg.TruncatePolicy {
-		case "ignore":
-			pb.skipped++
-			return
-		default:
-			e.halt(t, fmt.Errorf("table %s: topic %s partition %d offset %d: truncate (truncate_policy %q is not implemented yet; use ignore)",
-				t.cfg.Name, r.Topic, r.Partition, r.Offset, t.cfg.TruncatePolicy))
-			return
-		}
+		e.truncate(ctx, t, tp, pb, r, &ch)
+		return
 	}
 	if err := e.ensureLayout(t, &ch); err != nil {
 		var pe *ProjectError
@@ -438,6 +431,44 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 		return
 	}
 	t.buf.changes = append(t.buf.changes, c)
+}
+
+// truncate applies a source TRUNCATE by the table's truncate policy. For
+// "tombstone" everything buffered before it is committed first, then the
+// truncate alone, so it deletes exactly the rows older than it.
+func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicPartition, pb *partBuffer, r *kgo.Record, ch *debezium.Change) {
+	switch {
+	case t.cfg.TruncatePolicy == "ignore", t.applier.Layout() == nil:
+		pb.skipped++
+		return
+	case t.cfg.TruncatePolicy == "fail":
+		e.halt(t, fmt.Errorf("table %s: topic %s partition %d offset %d: source truncate and truncate_policy is fail", t.cfg.Name, r.Topic, r.Partition, r.Offset))
+		return
+	}
+	// Take the truncate record out of the pending batch, commit the rest.
+	if pb.rng.From == r.Offset {
+		delete(t.buf.parts, tp)
+	} else {
+		pb.read--
+		pb.rng.Next = r.Offset
+	}
+	if !t.buf.empty() && !e.flush(ctx, t) {
+		return // resynced: the truncate is read again
+	}
+	c := &Change{Seq: ch.Seq.Key(), SourceTsMicros: ch.SourceTsMs * 1000,
+		Pos: Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
+	b := &Batch{Read: 1, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: r.Offset, Next: r.Offset + 1}}}
+	res, err := t.applier.Truncate(ctx, c, b)
+	if err != nil {
+		e.log.Error("truncate failed; retrying from the table's positions", "table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		e.resync(ctx, t)
+		return
+	}
+	e.log.Info("source truncate applied", "table", t.cfg.Name, "version", res.Version, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "rows_deleted", res.Counts.Delete)
+	e.commitGroupOffsets(ctx, b.Ranges)
+	if e.OnCommit != nil {
+		e.OnCommit(t.cfg.Name, res)
+	}
 }
 
 func (e *Engine) reject(t *tableRun, pb *partBuffer, rec *debezium.Record, reason, detail string) {
@@ -523,9 +554,9 @@ func contains(s []string, v string) bool {
 // flush commits a table's pending batch: quarantine first (idempotent, its
 // own txns), then the table commit with the data and positions, then the
 // group offsets for lag tooling.
-func (e *Engine) flush(ctx context.Context, t *tableRun) {
+func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	if t.buf.empty() {
-		return
+		return true
 	}
 	b := &Batch{Changes: t.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
 	for tp, pb := range t.buf.parts {
@@ -538,7 +569,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) {
 		if err := t.quarantine.Write(ctx, t.buf.rejected); err != nil {
 			e.log.Error("quarantine write failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 			e.resync(ctx, t)
-			return
+			return false
 		}
 	}
 	if t.applier.Layout() == nil {
@@ -546,7 +577,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) {
 		// positions have nowhere to go until the first change creates it.
 		// The records will be read again; the quarantine is idempotent.
 		t.buf.reset()
-		return
+		return true
 	}
 	if e.beforeApply != nil {
 		e.beforeApply(t.cfg.Name)
@@ -560,7 +591,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) {
 			e.log.Error("table commit failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 		}
 		e.resync(ctx, t)
-		return
+		return false
 	}
 	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
@@ -570,6 +601,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) {
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
 	}
+	return true
 }
 
 // resync drops a table's buffer, reloads the table and seeks its assigned

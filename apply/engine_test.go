@@ -45,8 +45,11 @@ func dbzOrdersNote(id int, lsn int64, op, status string, note *string) (key, val
 	}
 	img := fmt.Sprintf(`{"id":%d,"status":%q%s}`, id, status, extra)
 	before, after := "null", img
-	if op == "d" {
+	switch op {
+	case "d":
 		before, after = fmt.Sprintf(`{"id":%d,"status":null%s}`, id, extraNull), "null"
+	case "t": // a truncate carries no row and no key
+		after = "null"
 	}
 	payload := fmt.Sprintf(`{"before":%s,"after":%s,"source":{"version":"3.6.1.Final","connector":"postgresql","name":"pg","ts_ms":%d,"snapshot":"false","db":"shop","sequence":"[\"%d\",\"%d\"]","schema":"public","table":"orders","txId":%d,"lsn":%d},"op":%q,"ts_ms":%d}`,
 		before, after, 1_700_000_000_000+lsn, lsn, lsn, lsn, lsn, op, 1_700_000_000_000+lsn)
@@ -313,5 +316,55 @@ func TestEngineAdditiveSchema(t *testing.T) {
 	}
 	if q := e.Halted(); len(q) != 0 {
 		t.Errorf("halted: %v", q)
+	}
+}
+
+// TestEngineTruncateTombstones: a source TRUNCATE turns every row older
+// than it into a tombstone that keeps its values; a row inserted after the
+// truncate (even one read in the same poll) stays live.
+func TestEngineTruncateTombstones(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	table := dir + "/orders"
+	p.change(1, 10, "c", "a")
+	p.change(2, 11, "c", "b")
+	waitPositions(t, table, "shop", "orders", p.ends)
+	p.change(3, 12, "c", "c") // same poll as the truncate, before it
+	_, v := dbzOrders(0, 13, "t", "")
+	p.send(nil, v, 0)
+	p.change(4, 14, "c", "d")   // after the truncate
+	p.change(2, 9, "u", "late") // older than the truncate: stale
+	waitPositions(t, table, "shop", "orders", p.ends)
+	rows, _ := deltaRS(t, table)
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
+	}
+	sort.Strings(got)
+	if want := "[1 a true 2 b true 3 c true 4 d false]"; fmt.Sprint(got) != want {
+		t.Errorf("delta-rs reads %v, want %v", got, want)
 	}
 }

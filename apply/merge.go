@@ -252,3 +252,48 @@ func (ix *KeyIndex) Apply(p *Plan) {
 		ix.keys[k] = e
 	}
 }
+
+// PlanTruncate marks every live row older than the truncate's sequence as
+// a tombstone at that sequence: a source TRUNCATE is a delete of every row
+// it saw. Rows already newer than the truncate (a later insert that was
+// applied first) stay, and so do tombstones. Only files holding such rows
+// are rewritten.
+func (ix *KeyIndex) PlanTruncate(ctx context.Context, rf RowFiles, seq []byte, sourceTsMicros, appliedMicros int64) (*Plan, error) {
+	p := &Plan{newFile: -1, entries: map[string]indexEntry{}, newKeys: map[string]bool{}}
+	touched := map[fileID]bool{}
+	for _, e := range ix.keys {
+		if !e.deleted && bytes.Compare(e.seq, seq) < 0 {
+			touched[e.file] = true
+		}
+	}
+	ids := make([]fileID, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		old := ix.files[id]
+		rows, err := rf.ReadRows(ctx, old)
+		if err != nil {
+			return nil, fmt.Errorf("plan truncate: %w", err)
+		}
+		for i := range rows {
+			r := &rows[i]
+			if r.Deleted || bytes.Compare(r.Seq, seq) >= 0 {
+				continue
+			}
+			r.Deleted, r.Seq, r.SourceTsMicros, r.AppliedMicros = true, seq, sourceTsMicros, appliedMicros
+			p.entries[EncodeKey(r.Values, ix.layout.Key)] = indexEntry{file: id, seq: seq, deleted: true}
+			p.Counts.Delete++
+		}
+		add, err := rf.WriteRows(ctx, rows)
+		if err != nil {
+			return nil, fmt.Errorf("plan truncate: rewrite %s: %w", old.Path, err)
+		}
+		p.Removes = append(p.Removes, old)
+		p.Adds = append(p.Adds, add)
+		p.rewrittenIDs = append(p.rewrittenIDs, id)
+	}
+	p.Counts.AppliedRecords = 1
+	return p, nil
+}

@@ -157,22 +157,52 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 		return nil, fmt.Errorf("apply to table %s: no layout: the table does not exist and no schema is known", a.name)
 	}
 	tx := a.table.Begin(a.snap)
-	for tp, r := range b.Ranges {
-		txn, ok := tx.ReadTxn(checkpoint.AppID(a.pipeline, tp))
-		next := int64(0)
-		if ok {
-			next = txn.Version
-		}
-		if ok && r.From < next {
-			return nil, fmt.Errorf("apply to table %s: %s: batch starts at offset %d but the table is at %d: %w", a.name, tp, r.From, next, ErrFenced)
-		}
+	if err := a.checkPositions(tx, b); err != nil {
+		return nil, err
 	}
 	now := a.clock()
-	reduced := Reduce(b.Changes)
-	plan, err := a.index.PlanBatch(ctx, reduced, a.rf, now.UnixMicro())
+	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
 	}
+	return a.commit(ctx, tx, b, plan, now, "MERGE")
+}
+
+// Truncate applies a source TRUNCATE (the batch holds just its record):
+// every live row older than the truncate becomes a tombstone at its
+// sequence, in one commit with the partition's position. The caller
+// commits everything read before the truncate first.
+func (a *TableApplier) Truncate(ctx context.Context, c *Change, b *Batch) (*Result, error) {
+	if a.layout == nil {
+		return nil, fmt.Errorf("truncate table %s: the table does not exist yet", a.name)
+	}
+	tx := a.table.Begin(a.snap)
+	if err := a.checkPositions(tx, b); err != nil {
+		return nil, err
+	}
+	now := a.clock()
+	plan, err := a.index.PlanTruncate(ctx, a.rf, c.Seq, c.SourceTsMicros, now.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("truncate table %s: %w", a.name, err)
+	}
+	return a.commit(ctx, tx, b, plan, now, "DELETE")
+}
+
+// checkPositions reads the batch's partitions' txns into the transaction
+// (so a concurrent advance conflicts) and fences a batch that starts
+// before the table's position.
+func (a *TableApplier) checkPositions(tx *delta.Transaction, b *Batch) error {
+	for tp, r := range b.Ranges {
+		txn, ok := tx.ReadTxn(checkpoint.AppID(a.pipeline, tp))
+		if ok && r.From < txn.Version {
+			return fmt.Errorf("apply to table %s: %s: batch starts at offset %d but the table is at %d: %w", a.name, tp, r.From, txn.Version, ErrFenced)
+		}
+	}
+	return nil
+}
+
+// commit writes a plan, the batch's positions and commitInfo as one commit.
+func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Batch, plan *Plan, now time.Time, op string) (*Result, error) {
 	if a.snap == nil {
 		schemaString, err := delta.SchemaString(a.layout.Schema())
 		if err != nil {
@@ -200,7 +230,6 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 	for _, act := range checkpoint.Txns(a.pipeline, b.Ranges, now) {
 		tx.SetTxn(act.Txn.AppID, act.Txn.Version)
 	}
-	op := "MERGE"
 	if a.snap == nil {
 		op = "CREATE TABLE AS SELECT"
 	}
