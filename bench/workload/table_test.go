@@ -18,7 +18,7 @@ import (
 func propertyConfig(seed uint64) workload.Config {
 	c := workload.Default()
 	c.Seed = seed
-	c.Keys, c.SnapshotKeys, c.Events = 120, 30, 1500
+	c.Keys, c.SnapshotKeys, c.Events = 120, 30, 800
 	c.Partitions = 3
 	c.HotKeys, c.HotFraction = 8, 0.3
 	c.Insert, c.Update, c.Delete = 0.15, 0.65, 0.2
@@ -271,6 +271,7 @@ func TestBatchResolutionEqualsOracle(t *testing.T) {
 	}
 	for seed := uint64(100); seed < uint64(100+seeds); seed++ {
 		cfg := propertyConfig(seed)
+		cfg.Events = 3000
 		if seed%3 == 0 {
 			cfg.Keys, cfg.SnapshotKeys, cfg.HotKeys = 25, 0, 4 // few keys, each changed many times
 		}
