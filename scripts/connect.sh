@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # connect.sh start|stop|status|register FILE|delete NAME|wait NAME: Kafka
 # Connect in distributed mode (one worker) with the Debezium PostgreSQL
-# connector and an Avro converter that writes the Confluent wire format
+# connector, the Debezium MySQL connector (used against MariaDB) and an Avro
+# converter that writes the Confluent wire format
 # (io.cdcapply.infra.converter.ConfluentWireAvroConverter, built from
 # infra/confluent-wire-converter) on its plugin path. REST on 127.0.0.1.
 #
@@ -27,6 +28,8 @@ connect_install() {
   # Kafka's and SLF4J's own classes come from the worker's classpath; copies
   # inside a plugin directory would only shadow them.
   copy_deps "$CDC_INFRA/debezium" "$PLUGINS/debezium-connector-postgres" \
+    -Ddebezium.version="$DEBEZIUM_VERSION" -DexcludeGroupIds=org.apache.kafka,org.slf4j
+  copy_deps "$CDC_INFRA/debezium-mysql" "$PLUGINS/debezium-connector-mysql" \
     -Ddebezium.version="$DEBEZIUM_VERSION" -DexcludeGroupIds=org.apache.kafka,org.slf4j
   build_wire_converter
 }
@@ -69,6 +72,10 @@ listeners=http://127.0.0.1:$CONNECT_PORT
 rest.advertised.host.name=127.0.0.1
 rest.advertised.port=$CONNECT_PORT
 plugin.path=$PLUGINS
+# Find plugins through their ServiceLoader manifests only (Debezium's jars
+# and our converter have them); the default also scans every class
+# reflectively, which takes minutes on a busy 2-core machine.
+plugin.discovery=service_load
 # One worker: rebalance without waiting for departed members.
 scheduled.rebalance.max.delay.ms=0
 CONF
@@ -92,7 +99,7 @@ connect_start() {
     -Dlog4j2.configurationFile="$CDC_INFRA/log4j2.properties" \
     org.apache.kafka.connect.cli.ConnectDistributed "$CONNECT_CONF" >>"$CONNECT_LOG" 2>&1 </dev/null &
   echo $! >"$CONNECT_PID"
-  if ! wait_until "${CONNECT_START_TIMEOUT:-120}" "connect REST on $CONNECT_URL" connect_ready; then
+  if ! wait_until "${CONNECT_START_TIMEOUT:-300}" "connect REST on $CONNECT_URL" connect_ready; then
     tail -30 "$CONNECT_LOG" >&2
     die "kafka connect did not become ready"
   fi
