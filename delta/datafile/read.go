@@ -40,6 +40,9 @@ func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []in
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
 	defer pr.Close()
+	if err := checkChunks(pr, int64(len(data))); err != nil {
+		return nil, fmt.Errorf("read parquet: corrupt file: %w", err)
+	}
 	// Ignore an Arrow schema the writer stored in the file (pyarrow and
 	// delta-rs do): it brings back the writer's in-memory choices (large
 	// strings, dictionaries, views), while the Parquet types alone map to
@@ -102,6 +105,32 @@ func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []in
 		c.Release()
 	}
 	return rec, nil
+}
+
+// checkChunks verifies every column chunk lies inside the file before
+// pqarrow reads it: arrow-go sizes buffers from these fields, and reads
+// nested columns on its own goroutines, where a panic on a bad length
+// could not be recovered.
+func checkChunks(pr *file.Reader, size int64) error {
+	md := pr.MetaData()
+	for g := 0; g < md.NumRowGroups(); g++ {
+		rg := md.RowGroup(g)
+		for c := 0; c < rg.NumColumns(); c++ {
+			col, err := rg.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, c, err)
+			}
+			start := col.DataPageOffset()
+			if col.HasDictionaryPage() && col.DictionaryPageOffset() > 0 && start > col.DictionaryPageOffset() {
+				start = col.DictionaryPageOffset()
+			}
+			n := col.TotalCompressedSize()
+			if start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d column %d: chunk at %d of %d bytes outside the %d-byte file", g, c, start, n, size)
+			}
+		}
+	}
+	return nil
 }
 
 func appendLeaves(out []int, f pqarrow.SchemaField) []int {
