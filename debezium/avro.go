@@ -191,11 +191,11 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 	if rej != nil {
 		return rej
 	}
-	r := avroReader{b: body}
+	r := avroReader{b: body, slab: env.slab}
 	env.tables = &p.tables
 	var vals []schema.Value
 	if p.row != nil {
-		vals = newValues(len(p.row.Fields))
+		vals = r.slab.values(len(p.row.Fields))
 		env.rowType = p.row
 	} else {
 		env.rowType = p.after
@@ -255,7 +255,7 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 			v := avroScalar(&r, f.Node)
 			if v.kind == svString {
 				env.sawOp = true
-				env.op = v.s
+				env.op = v.bytes()
 			}
 		case roleTsMs, roleMetaTsMs:
 			env.sawTs = true
@@ -265,11 +265,11 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 		case roleStatus:
 			env.sawStatus = true
 			if v := avroScalar(&r, f.Node); v.kind == svString {
-				env.tx.Status = string(v.s)
+				env.tx.Status = string(v.bytes())
 			}
 		case roleTxID:
 			if v := avroScalar(&r, f.Node); v.kind == svString {
-				env.tx.ID = string(v.s)
+				env.tx.ID = string(v.bytes())
 			}
 		case roleEventCount:
 			if v := avroScalar(&r, f.Node); v.kind == svInt {
@@ -280,7 +280,7 @@ func (d *Decoder) avroValue(ctx context.Context, rec *Record, env *envelope) *Re
 			r.skip(f.Node, 0)
 		case roleMetaDeleted:
 			v := avroScalar(&r, f.Node)
-			env.deleted = v.kind == svString && string(v.s) == "true"
+			env.deleted = v.kind == svString && string(v.bytes()) == "true"
 		case roleMetaSrc:
 			env.src[role.arg] = avroScalar(&r, f.Node)
 		case roleMetaExtra:
@@ -335,7 +335,7 @@ func avroRow(r *avroReader, n *schema.AvroNode, rt *schema.Type) (Row, error) {
 			return Row{}, r.err
 		}
 	}
-	vals := newValues(len(rec.Fields))
+	vals := r.slab.values(len(rec.Fields))
 	for i, f := range rec.Fields {
 		v, err := avroVal(r, f.Node, 0)
 		if err != nil {
@@ -437,7 +437,7 @@ func avroVal(r *avroReader, n *schema.AvroNode, depth int) (schema.Value, error)
 		}
 		return t.FromString(n.Symbols[idx])
 	case schema.AvroRecord:
-		vals := newValues(len(n.Fields))
+		vals := r.slab.values(len(n.Fields))
 		for i, f := range n.Fields {
 			v, err := avroVal(r, f.Node, depth+1)
 			if err != nil {
@@ -514,7 +514,7 @@ func avroScalar(r *avroReader, n *schema.AvroNode) srcVal {
 	case schema.AvroInt, schema.AvroLong:
 		return srcVal{kind: svInt, i: r.long()}
 	case schema.AvroString:
-		return srcVal{kind: svString, s: r.bytes()}
+		return strVal(r.bytes(), false)
 	case schema.AvroBoolean:
 		if r.i >= len(r.b) {
 			r.fail("short boolean")
@@ -523,16 +523,16 @@ func avroScalar(r *avroReader, n *schema.AvroNode) srcVal {
 		v := r.b[r.i]
 		r.i++
 		if v == 1 {
-			return srcVal{kind: svString, s: trueBytes}
+			return strVal(trueBytes, false)
 		}
-		return srcVal{kind: svString, s: falseBytes}
+		return strVal(falseBytes, false)
 	case schema.AvroEnum:
 		idx := r.long()
 		if idx < 0 || idx >= int64(len(n.Symbols)) {
 			r.fail("enum index %d", idx)
 			return srcVal{}
 		}
-		return srcVal{kind: svString, s: []byte(n.Symbols[idx])}
+		return strVal([]byte(n.Symbols[idx]), false)
 	}
 	r.skip(n, 0)
 	return srcVal{kind: svOther}
@@ -544,9 +544,9 @@ func (d *Decoder) avroKey(ctx context.Context, rec *Record, env *envelope, key *
 	if rej != nil {
 		return rej
 	}
-	r := avroReader{b: body}
+	r := avroReader{b: body, slab: env.slab}
 	key.Names = p.root.Col.FieldNames() // shared by every key of this schema
-	key.Values = newValues(len(p.root.Fields))
+	key.Values = r.slab.values(len(p.root.Fields))
 	for i, f := range p.root.Fields {
 		v, err := avroVal(&r, f.Node, 0)
 		if err != nil {
@@ -566,9 +566,10 @@ func (d *Decoder) avroKey(ctx context.Context, rec *Record, env *envelope, key *
 
 // avroReader reads Avro binary encoding; errors are sticky.
 type avroReader struct {
-	b   []byte
-	i   int
-	err error
+	b    []byte
+	i    int
+	err  error
+	slab *valueSlab // where row images are cut from
 }
 
 func (r *avroReader) fail(format string, args ...any) {

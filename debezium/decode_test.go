@@ -542,3 +542,30 @@ func TestDecodeAvroFlattenedAndMarkers(t *testing.T) {
 		t.Fatalf("avro heartbeat shape %+v %v", ch, err)
 	}
 }
+
+// TestWideKey decodes a key with more columns than readKey keeps on the
+// stack, in an order that is not the row's.
+func TestWideKey(t *testing.T) {
+	d := newPG(t)
+	r := sampleRow(5)
+	key := []byte(`{"score":12.5,"id":5,"birthday":19005,"active":false,"name":"n","created_at":7}`)
+	ch, err := d.Decode(context.Background(), rec("t", 1, key, pgValue(false, "", r.json(), "c", pgSource(1, 2))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNames := []string{"score", "id", "birthday", "active", "name", "created_at"}
+	want := []schema.Value{schema.Float(12.5), schema.Int(5), schema.Int(19005), schema.Bool(false), schema.String("n"), schema.Int(7)}
+	if len(ch.Key.Names) != len(wantNames) || len(ch.Key.Values) != len(want) {
+		t.Fatalf("key %+v", ch.Key)
+	}
+	for i := range want {
+		if ch.Key.Names[i] != wantNames[i] || !ch.Key.Values[i].Equal(want[i]) {
+			t.Errorf("key field %d: %s=%#v, want %s=%#v", i, ch.Key.Names[i], ch.Key.Values[i], wantNames[i], want[i])
+		}
+	}
+	// Three leading columns in row order share the schema's names.
+	ch, err = d.Decode(context.Background(), rec("t", 2, []byte(`{"id":5,"name":"n","price":"AQ=="}`), pgValue(false, "", r.json(), "c", pgSource(1, 2))))
+	if err != nil || len(ch.Key.Names) != 3 || ch.Key.Names[2] != "price" || !ch.Key.Values[2].Equal(schema.Value{Kind: schema.KindDecimal, I: 1, Scale: 2}) {
+		t.Fatalf("leading key %+v %v", ch.Key, err)
+	}
+}

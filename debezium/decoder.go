@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
@@ -246,6 +247,8 @@ func (d *Decoder) Decode(ctx context.Context, rec *Record) (Change, error) {
 	}
 	var env envelope
 	env.pos = pos
+	env.slab = getSlab()
+	defer putSlab(env.slab)
 	var rej *Rejection
 	switch d.cfg.valueFormat {
 	case FormatAvro:
@@ -263,20 +266,35 @@ func (d *Decoder) Decode(ctx context.Context, rec *Record) (Change, error) {
 // metadata field): absent, null, integer or text.
 type srcVal struct {
 	kind uint8
-	esc  bool // s is JSON string text still holding escapes
+	esc  bool  // the text is JSON string text still holding escapes
+	n    int32 // text length
 	i    int64
-	s    []byte
+	p    *byte // text start (in the record buffer)
+}
+
+// strVal captures text without copying it; 24-byte srcVals keep the
+// envelope (cleared for every record) small.
+func strVal(b []byte, esc bool) srcVal {
+	return srcVal{kind: svString, esc: esc, n: int32(len(b)), p: unsafe.SliceData(b)}
+}
+
+// bytes returns the captured text.
+func (v srcVal) bytes() []byte {
+	if v.p == nil {
+		return nil
+	}
+	return unsafe.Slice(v.p, v.n)
 }
 
 // text returns the string value, unescaping JSON text when needed (rare:
 // source fields are plain names and numbers, except source.sequence).
 func (v srcVal) text() []byte {
 	if !v.esc {
-		return v.s
+		return v.bytes()
 	}
-	out, err := unescapeInto(nil, v.s)
+	out, err := unescapeInto(nil, v.bytes())
 	if err != nil {
-		return v.s
+		return v.bytes()
 	}
 	return out
 }
@@ -387,7 +405,7 @@ func (c *tableCache) intern(db, sch, tbl srcVal) Table {
 // internSnapshot returns source.snapshot without allocating for the values
 // Debezium uses.
 func internSnapshot(v srcVal) string {
-	switch string(v.s) {
+	switch string(v.bytes()) {
 	case "true":
 		return "true"
 	case "false":
@@ -411,6 +429,7 @@ func internSnapshot(v srcVal) string {
 type envelope struct {
 	pos           Position
 	tables        *tableCache // of the schema the record was decoded with
+	slab          *valueSlab  // row images are cut from it
 	class         Class
 	classified    bool
 	op            []byte

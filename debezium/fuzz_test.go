@@ -107,7 +107,7 @@ func FuzzDecodeAvro(f *testing.F) {
 
 func FuzzSequenceKey(f *testing.F) {
 	f.Add([]byte{1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5})
-	f.Add(Sequence{Connector: ConnectorFields, N: 2, Parts: [MaxParts]Part{{Kind: PartString, S: "a\x00b"}, {Kind: PartInt, I: -3}}}.Key())
+	f.Add(Sequence{Connector: ConnectorFields, N: 2, Parts: [MaxParts]Part{{Kind: PartString, S: "a\x00b"}, IntPart(-3)}}.Key())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseSequenceKey(b)
 		if err != nil {

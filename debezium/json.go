@@ -104,7 +104,7 @@ func (d *Decoder) inlinePlan(s *scanner, topic string, last map[string]*jsonPlan
 }
 
 func (d *Decoder) jsonValue(rec *Record, env *envelope) *Rejection {
-	s := scanner{b: rec.Value}
+	s := scanner{b: rec.Value, slab: env.slab}
 	if !s.expect('{') {
 		return reject(env.pos, ReasonMalformedJSON, s.err, "value")
 	}
@@ -174,7 +174,7 @@ func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection
 	if flat && plan != nil && plan.row != nil {
 		row = plan.row
 		env.rowType = row
-		vals = newValues(len(row.Fields))
+		vals = s.slab.values(len(row.Fields))
 	}
 	if plan != nil && !flat {
 		env.rowType = plan.after
@@ -439,13 +439,13 @@ func jsonScalar(s *scanner) srcVal {
 		return srcVal{kind: svNull}
 	case c == '"':
 		raw, esc := s.rawString()
-		return srcVal{kind: svString, s: raw, esc: esc}
+		return strVal(raw, esc)
 	case c == 't' || c == 'f':
 		// Old connectors send snapshot as a boolean.
 		if s.boolean() {
-			return srcVal{kind: svString, s: trueBytes}
+			return strVal(trueBytes, false)
 		}
-		return srcVal{kind: svString, s: falseBytes}
+		return strVal(falseBytes, false)
 	case c == '-' || (c >= '0' && c <= '9'):
 		i, _, isInt := s.number()
 		if isInt {
@@ -462,7 +462,7 @@ func jsonRow(s *scanner, rt *schema.Type, pos Position) (Row, *Rejection) {
 	if !s.expect('{') {
 		return Row{}, reject(pos, ReasonMalformedJSON, s.err, "row image")
 	}
-	vals := newValues(len(rt.Fields))
+	vals := s.slab.values(len(rt.Fields))
 	next := 0
 	for first := true; ; first = false {
 		key, esc, ok := s.member(first)
@@ -561,7 +561,7 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 		s.i++
 		switch t.Base {
 		case schema.BaseStruct:
-			vals := newValues(len(t.Fields))
+			vals := s.slab.values(len(t.Fields))
 			for first := true; ; first = false {
 				key, esc, ok := s.member(first)
 				if !ok {
@@ -635,7 +635,7 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 			}
 			var out []schema.Value
 			if len(elems) > 0 {
-				out = newValues(len(elems))
+				out = s.slab.values(len(elems))
 				copy(out, elems)
 			}
 			return t.FinishList(out), nil
@@ -688,7 +688,7 @@ func jsonVal(s *scanner, t *schema.Type, depth int) (schema.Value, error) {
 // an inline key schema. Without one, key columns are typed like the row's
 // columns of the same name.
 func (d *Decoder) jsonKey(rec *Record, env *envelope, key *Key) *Rejection {
-	s := scanner{b: rec.Key}
+	s := scanner{b: rec.Key, slab: env.slab}
 	if !s.expect('{') {
 		return reject(env.pos, ReasonMalformedKey, s.err, "key")
 	}
@@ -737,8 +737,10 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	if kt == nil {
 		return reject(pos, ReasonNoTableSchema, nil, "no schema to type the key")
 	}
-	var vals [8]schema.Value
-	var idxs [8]int
+	// Most keys have a few columns: collect them on the stack (kept small,
+	// it is cleared for every record), longer keys grow on the heap.
+	var vals [4]schema.Value
+	var idxs [4]int
 	n := 0
 	for first := true; ; first = false {
 		k, esc, ok := s.member(first)
@@ -784,7 +786,7 @@ func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	if n > len(vals) {
 		return nil
 	}
-	key.Values = newValues(n)
+	key.Values = s.slab.values(n)
 	copy(key.Values, vals[:n])
 	// Key fields that are consecutive columns in schema order (the whole
 	// key schema, or a leading run of the row's columns) share the

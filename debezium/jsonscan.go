@@ -13,9 +13,10 @@ import (
 // building a tree: callers ask for the token they expect next. Errors are
 // sticky (the first one wins) so call sites can check once per value.
 type scanner struct {
-	b   []byte
-	i   int
-	err error
+	b    []byte
+	i    int
+	err  error
+	slab *valueSlab // where decoded rows are cut from (nil: allocate)
 }
 
 var errSyntax = errors.New("json syntax")

@@ -65,13 +65,19 @@ const (
 	PartString
 )
 
-// Part is one typed element of a sequence tuple.
+// Part is one typed element of a sequence tuple: unsigned values in U,
+// signed values as their bits in U (see Int), text in S.
 type Part struct {
 	Kind PartKind
 	U    uint64
-	I    int64
 	S    string
 }
+
+// IntPart returns a signed part.
+func IntPart(i int64) Part { return Part{Kind: PartInt, U: uint64(i)} }
+
+// Int returns the value of a signed part.
+func (p Part) Int() int64 { return int64(p.U) }
 
 // MaxParts is the longest sequence tuple.
 const MaxParts = 6
@@ -112,9 +118,9 @@ func comparePart(a, b Part) int {
 		}
 	case PartInt:
 		switch {
-		case a.I < b.I:
+		case a.Int() < b.Int():
 			return -1
-		case a.I > b.I:
+		case a.Int() > b.Int():
 			return 1
 		}
 	case PartString:
@@ -162,7 +168,7 @@ func (s Sequence) AppendKey(dst []byte) []byte {
 		case PartUint:
 			dst = binary.BigEndian.AppendUint64(dst, p.U)
 		case PartInt:
-			dst = binary.BigEndian.AppendUint64(dst, uint64(p.I)^(1<<63))
+			dst = binary.BigEndian.AppendUint64(dst, p.U^(1<<63))
 		case PartString:
 			for j := 0; j < len(p.S); j++ {
 				c := p.S[j]
@@ -212,7 +218,7 @@ func ParseSequenceKey(b []byte) (Sequence, error) {
 			if p.Kind == PartUint {
 				p.U = v
 			} else {
-				p.I = int64(v ^ (1 << 63))
+				p.U = v ^ (1 << 63)
 			}
 			b = b[8:]
 		case PartString:
@@ -267,7 +273,7 @@ func (s Sequence) String() string {
 				sb.WriteString(strconv.FormatUint(p.U, 10))
 			}
 		case PartInt:
-			sb.WriteString(strconv.FormatInt(p.I, 10))
+			sb.WriteString(strconv.FormatInt(p.Int(), 10))
 		case PartString:
 			sb.WriteString(strconv.Quote(p.S))
 		}

@@ -209,7 +209,7 @@ func TestKeyOrderMatchesCompare(t *testing.T) {
 			case 1:
 				p = Part{Kind: PartUint, U: []uint64{0, 1, 255, 256, 1 << 63, ^uint64(0)}[rng.IntN(6)]}
 			case 2:
-				p = Part{Kind: PartInt, I: []int64{-1 << 63, -256, -1, 0, 1, 1<<63 - 1}[rng.IntN(6)]}
+				p = IntPart([]int64{-1 << 63, -256, -1, 0, 1, 1<<63 - 1}[rng.IntN(6)])
 			case 3:
 				p = Part{Kind: PartString, S: strs[rng.IntN(len(strs))]}
 			}

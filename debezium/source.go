@@ -183,7 +183,7 @@ func (e strconvError) Error() string { return string(e) }
 // JSON records arrives escaped inside a string: "[\"1\",\"2\"]". It reads
 // the text in place (escaped quotes count as quotes) without allocating.
 func parsePGSequence(v srcVal, parts *[2]Part) (int, error) {
-	b := v.s
+	b := v.bytes()
 	i := 0
 	ws := func() {
 		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
@@ -266,7 +266,7 @@ func srcUint(v srcVal) (uint64, bool, error) {
 		}
 		return uint64(v.i), true, nil
 	case svString:
-		if u, ok := parseDecimalUint(v.s); ok && !v.esc {
+		if u, ok := parseDecimalUint(v.bytes()); ok && !v.esc {
 			return u, true, nil
 		}
 		u, err := strconv.ParseUint(v.str(), 10, 64)
@@ -345,9 +345,9 @@ func valueSrc(v schema.Value) (srcVal, bool) {
 	case schema.KindInt:
 		return srcVal{kind: svInt, i: v.I}, true
 	case schema.KindString:
-		return srcVal{kind: svString, s: []byte(v.S)}, true
+		return strVal([]byte(v.S), false), true
 	case schema.KindDecimal:
-		return srcVal{kind: svString, s: []byte(v.DecimalString())}, true
+		return strVal([]byte(v.DecimalString()), false), true
 	}
 	return srcVal{}, false
 }
@@ -356,13 +356,13 @@ func typePart(v srcVal, k FieldKind) (Part, error) {
 	switch k {
 	case FieldInt:
 		if v.kind == svInt {
-			return Part{Kind: PartInt, I: v.i}, nil
+			return IntPart(v.i), nil
 		}
 		i, err := strconv.ParseInt(v.str(), 10, 64)
 		if err != nil {
 			return Part{}, err
 		}
-		return Part{Kind: PartInt, I: i}, nil
+		return IntPart(i), nil
 	case FieldUint:
 		u, _, err := srcUint(v)
 		return Part{Kind: PartUint, U: u}, err
