@@ -19,6 +19,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/schema"
+	"github.com/cdcapply/cdcapply/tombstone"
 )
 
 // Engine runs one pipeline: one consumer group feeding every configured
@@ -430,6 +431,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 		e.halt(t, err)
 		return
 	}
+	c.Raw = &rec
 	t.buf.changes = append(t.buf.changes, c)
 }
 
@@ -558,6 +560,18 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	if t.buf.empty() {
 		return true
 	}
+	if err := t.applier.Refresh(ctx); err != nil {
+		e.log.Error("refresh failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
+		e.resync(ctx, t)
+		return false
+	}
+	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
+	for _, c := range late {
+		tp := checkpoint.TopicPartition{Topic: c.Pos.Topic, Partition: c.Pos.Partition}
+		e.reject(t, t.buf.parts[tp], c.Raw, tombstone.ReasonLateBeyondHorizon,
+			fmt.Sprintf("%s: no row for the key and the change is older than the table's purge horizon", c.Raw.Topic+"/"+fmt.Sprint(c.Raw.Partition)+"@"+fmt.Sprint(c.Raw.Offset)))
+	}
+	t.buf.changes = kept
 	b := &Batch{Changes: t.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
 	for tp, pb := range t.buf.parts {
 		b.Ranges[tp] = pb.rng

@@ -19,6 +19,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/tombstone"
 )
 
 // dbzOrders builds a Debezium PostgreSQL JSON record (JsonConverter with
@@ -366,5 +367,70 @@ func TestEngineTruncateTombstones(t *testing.T) {
 	sort.Strings(got)
 	if want := "[1 a true 2 b true 3 c true 4 d false]"; fmt.Sprint(got) != want {
 		t.Errorf("delta-rs reads %v, want %v", got, want)
+	}
+}
+
+// TestEngineLateBeyondPurgeHorizon is issue 7's resurrection scenario
+// through the running engine: a key is deleted, its tombstone purged after
+// the lateness window, then a late update with an older sequence arrives.
+// The key stays absent and the change is quarantined with the reason.
+// (Taking the LateBeyondHorizon call out of Engine.flush makes this test
+// fail: the key comes back.)
+func TestEngineLateBeyondPurgeHorizon(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	table := dir + "/orders"
+	// Source times are in 2023 (dbzOrders), far older than a week.
+	p.change(1, 10, "c", "new")
+	p.change(2, 11, "c", "keep")
+	p.change(1, 20, "d", "")
+	waitPositions(t, table, "shop", "orders", p.ends)
+	res, err := tombstone.Purge(ctx, delta.Open(storage.NewLocal(table)), tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 1 {
+		t.Fatalf("purged %d rows, want the one tombstone", res.Rows)
+	}
+	p.change(1, 15, "u", "resurrected") // late: older than the delete, older than the horizon
+	// An ordinary change goes on: source time now (dbzOrders puts the
+	// source time at 1_700_000_000_000 ms + lsn).
+	p.change(3, time.Now().UnixMilli()-1_700_000_000_000, "c", "fresh")
+	waitPositions(t, table, "shop", "orders", p.ends)
+	rows, _ := deltaRS(t, table)
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
+	}
+	sort.Strings(got)
+	if want := "[2 keep false 3 fresh false]"; fmt.Sprint(got) != want {
+		t.Errorf("delta-rs reads %v, want %v (key 1 must stay absent)", got, want)
+	}
+	qrows, _ := deltaRS(t, table+"_quarantine")
+	if len(qrows) != 1 || qrows[0]["reason"] != tombstone.ReasonLateBeyondHorizon {
+		t.Errorf("quarantine = %v, want the late change with reason %s", qrows, tombstone.ReasonLateBeyondHorizon)
 	}
 }

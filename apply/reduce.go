@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sort"
 
+	"github.com/cdcapply/cdcapply/debezium"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -51,6 +52,10 @@ type Change struct {
 	// Values holds the table's source columns in table order. A value may
 	// be schema.Unavailable: "unchanged since the previous version".
 	Values []schema.Value
+	// Raw is the Kafka record the change came from, kept so that a change
+	// refused at planning time (late beyond the purge horizon) can still be
+	// quarantined as it arrived. nil in tests that build changes directly.
+	Raw *debezium.Record
 }
 
 // newer reports whether c is ordered after o: by sequence, then position.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/tombstone"
 	"github.com/google/uuid"
 )
 
@@ -147,6 +148,77 @@ func (a *TableApplier) Evolve(cols []delta.StructField) error {
 	return nil
 }
 
+// Refresh catches up with commits other writers made since the applier's
+// snapshot (a tombstone purge, a compaction, a restore, another instance):
+// the key index must describe the table as it is, or a purged key would
+// still look stored. Own commits advance the snapshot as they land, so a
+// quiet table costs one log listing. Columns the layout gained but the
+// table has not committed yet are kept.
+func (a *TableApplier) Refresh(ctx context.Context) error {
+	if a.snap == nil {
+		if _, err := a.table.Snapshot(ctx); errors.Is(err, delta.ErrNoTable) {
+			return nil
+		}
+		return a.reopenKeeping(ctx)
+	}
+	latest, err := a.table.Update(ctx, a.snap)
+	if err != nil {
+		return fmt.Errorf("refresh table %s: %w", a.name, err)
+	}
+	if latest.Version == a.snap.Version {
+		return nil
+	}
+	return a.reopenKeeping(ctx)
+}
+
+// reopenKeeping reopens the table and re-applies pending new columns.
+func (a *TableApplier) reopenKeeping(ctx context.Context) error {
+	var pending []delta.StructField
+	if a.layout != nil {
+		pending = append(pending, a.layout.Source...)
+	}
+	if err := a.Open(ctx); err != nil {
+		return err
+	}
+	if a.layout == nil {
+		return nil
+	}
+	var extra []delta.StructField
+	for _, f := range pending {
+		if _, ok := a.layout.Column(f.Name); !ok {
+			extra = append(extra, f)
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	return a.Evolve(extra)
+}
+
+// LateBeyondHorizon splits off the changes the table must refuse after a
+// tombstone purge: a change for a key the table no longer holds whose
+// source commit time is older than the purge horizon. Its key may have
+// been a purged tombstone, and inserting it would resurrect a deleted row;
+// the caller quarantines it (tombstone.ReasonLateBeyondHorizon).
+func (a *TableApplier) LateBeyondHorizon(changes []*Change) (late, kept []*Change) {
+	if a.snap == nil || a.index == nil {
+		return nil, changes
+	}
+	g := tombstone.NewGuard(a.snap)
+	if _, active := g.Horizon(); !active {
+		return nil, changes
+	}
+	kept = changes[:0:0]
+	for _, c := range changes {
+		if _, held := a.index.keys[c.Key]; !held && g.Refuse(c.SourceTsMicros) {
+			late = append(late, c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return late, kept
+}
+
 // Apply commits one batch: reduce, plan against the key index, write data
 // files, then one Delta commit holding the data actions, one txn per
 // partition and a commitInfo with the counts and offset ranges. Positions
@@ -209,7 +281,7 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 			return nil, fmt.Errorf("create table %s: %w", a.name, err)
 		}
 		created := now.UnixMilli()
-		tx.SetProtocol(delta.Protocol{MinReaderVersion: 1, MinWriterVersion: 2})
+		tx.SetProtocol(tableProtocol)
 		tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: a.name, Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
 			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created,
 			Configuration: map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}})
@@ -283,6 +355,13 @@ func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
 		"offsets":            ranges,
 	}
 }
+
+// tableProtocol is what new tables get: readable by every reader (reader
+// version 1) and with the domainMetadata writer feature from the start, so
+// the first tombstone purge (which records its horizon as domain metadata)
+// does not change the protocol under a running stream.
+var tableProtocol = delta.Protocol{MinReaderVersion: 1, MinWriterVersion: 7,
+	WriterFeatures: []string{"appendOnly", "invariants", "domainMetadata"}}
 
 // keyColumnsProperty records a table's key columns in its metadata, so a
 // table created with the Kafka record key's fields can be reopened without
