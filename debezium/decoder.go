@@ -390,6 +390,9 @@ type tableCache struct {
 }
 
 func (c *tableCache) intern(db, sch, tbl srcVal) Table {
+	if db.kind != svString && sch.kind != svString && tbl.kind != svString {
+		return Table{} // flattened records without __db/__table
+	}
 	if c != nil {
 		if p := c.last.Load(); p != nil && string(db.text()) == p.Database && string(sch.text()) == p.Schema && string(tbl.text()) == p.Table {
 			return *p
