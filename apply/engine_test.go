@@ -87,7 +87,18 @@ func (p *producer) change(id int, lsn int64, op, status string) {
 // end offsets of every partition.
 func waitPositions(t *testing.T, dir, pipeline, topic string, ends map[int32]int64) *delta.Snapshot {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return waitPositionsWithin(t, dir, pipeline, topic, ends, 30*time.Second)
+}
+
+// waitPositionsFor waits for the shop pipeline's table with a longer bound.
+func waitPositionsFor(t *testing.T, dir, topic string, ends map[int32]int64, d time.Duration) *delta.Snapshot {
+	t.Helper()
+	return waitPositionsWithin(t, dir, "shop", topic, ends, d)
+}
+
+func waitPositionsWithin(t *testing.T, dir, pipeline, topic string, ends map[int32]int64, d time.Duration) *delta.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		snap, err := delta.Open(storage.NewLocal(dir)).Snapshot(context.Background())
 		if err == nil {
@@ -110,14 +121,18 @@ func waitPositions(t *testing.T, dir, pipeline, topic string, ends map[int32]int
 }
 
 func testConfig(t *testing.T, brokers []string, dir string) *Config {
+	return testConfigFor(t, brokers, dir, "orders", "cdcapply-test")
+}
+
+func testConfigFor(t *testing.T, brokers []string, dir, topic, group string) *Config {
 	t.Helper()
 	yaml := fmt.Sprintf(`
 pipeline: {id: shop}
-kafka: {brokers: [%s], group: cdcapply-test}
+kafka: {brokers: [%s], group: %s}
 defaults: {flush: {max_latency: 50ms}}
 tables:
-  - {name: orders, topic: orders, location: %s/orders}
-`, strings.Join(brokers, ", "), dir)
+  - {name: orders, topic: %s, location: %s/orders}
+`, strings.Join(brokers, ", "), group, topic, dir)
 	cfg, err := ParseConfig("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -137,15 +152,21 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", nparts)
+}
+
+// runReferenceCase runs the reference case on a topic of nparts
+// partitions that exists on brokers (kfake or a real broker).
+func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32) {
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pcl.Close()
-	p := &producer{t: t, cl: pcl, topic: "orders", nparts: nparts, ends: map[int32]int64{}}
+	p := &producer{t: t, cl: pcl, topic: topic, nparts: nparts, ends: map[int32]int64{}}
 
 	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg := testConfigFor(t, brokers, dir, topic, group)
 	e, err := NewEngine(cfg, Logger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +185,7 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 	// The table holds keys 1 and 2 at sequence 10.
 	p.change(1, 10, "c", "new")
 	p.change(2, 10, "c", "new")
-	waitPositions(t, table, "shop", "orders", p.ends)
+	waitPositions(t, table, "shop", topic, p.ends)
 	// One batch, out of order, a delete, an insert; then bad records.
 	p.change(1, 30, "u", "shipped")
 	p.change(1, 20, "u", "paid")
@@ -181,16 +202,16 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2)
 	// A Kafka tombstone (null value after a delete): skipped, not applied.
 	p.send(nil, nil, 0)
-	waitPositions(t, table, "shop", "orders", p.ends)
+	waitPositions(t, table, "shop", topic, p.ends)
 	// A late batch with older events, then a replay of the first batch.
 	p.change(1, 22, "u", "paid-late")
 	p.change(2, 12, "u", "resurrected")
-	waitPositions(t, table, "shop", "orders", p.ends)
+	waitPositions(t, table, "shop", topic, p.ends)
 	p.change(1, 30, "u", "shipped")
 	p.change(1, 20, "u", "paid")
 	p.change(2, 25, "d", "")
 	p.change(3, 15, "c", "new")
-	snap := waitPositions(t, table, "shop", "orders", p.ends)
+	snap := waitPositions(t, table, "shop", topic, p.ends)
 
 	rows, _ := deltaRS(t, table)
 	var got []string

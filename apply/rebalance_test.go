@@ -76,11 +76,18 @@ func readOrders(t *testing.T, dir string) []string {
 	return out
 }
 
+// startEngine runs an engine with group timeouts short enough for kfake
+// tests (a real broker refuses sessions under 6 s: use startEngineWith).
 func startEngine(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, func()) {
 	t.Helper()
-	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger()), KafkaOptions(
+	return startEngineWith(t, cfg, append([]EngineOption{KafkaOptions(
 		kgo.SessionTimeout(1500*time.Millisecond), kgo.RebalanceTimeout(1500*time.Millisecond), kgo.HeartbeatInterval(200*time.Millisecond),
 	)}, opts...)...)
+}
+
+func startEngineWith(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, func()) {
+	t.Helper()
+	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
