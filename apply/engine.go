@@ -263,7 +263,15 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 			e.fetchError(topic, partition, err)
 		})
-		fetches.EachRecord(func(r *kgo.Record) { e.route(ctx, r) })
+		fetches.EachRecord(func(r *kgo.Record) {
+			e.route(ctx, r)
+			// A poll can hold more records than a batch may: flush as
+			// soon as a table reaches max_records, mid-poll (the
+			// partitions cannot move while the poll is being handled).
+			if t := e.tableFor(r.Topic); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords {
+				e.flush(ctx, t)
+			}
+		})
 		now := e.clock()
 		for _, t := range e.tables {
 			if t.halted == nil && e.due(t, now) {
