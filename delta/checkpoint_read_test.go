@@ -12,7 +12,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -47,11 +46,9 @@ func ckptConformanceDir(t testing.TB) string {
 	return ""
 }
 
-var ckptUnpacked sync.Map // golden name -> table dir
-
 // ckptTable returns the table root of a conformance case: "golden/NAME"
-// (unpacked once per test binary into a temporary folder) or
-// "kernel-data/NAME" (used in place; tests never write to it).
+// (unpacked into the test's temporary folder) or "kernel-data/NAME" (used
+// in place; tests never write to it).
 func ckptTable(t testing.TB, name string) string {
 	t.Helper()
 	base := ckptConformanceDir(t)
@@ -59,20 +56,12 @@ func ckptTable(t testing.TB, name string) string {
 	if kind == "kernel-data" {
 		return filepath.Join(base, kind, n)
 	}
-	if d, ok := ckptUnpacked.Load(n); ok {
-		return d.(string)
-	}
-	dir, err := os.MkdirTemp("", "ckpt-golden-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
 	cmd := exec.Command("tar", "--zstd", "-xf", filepath.Join(base, "golden", n+".tar.zst"), "-C", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("unpack %s: %v\n%s", n, err, out)
 	}
-	table := filepath.Join(dir, n, "delta")
-	ckptUnpacked.Store(n, table)
-	return table
+	return filepath.Join(dir, n, "delta")
 }
 
 // ckptCopyTable copies a table so a test can change it.
