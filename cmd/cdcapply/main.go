@@ -1,9 +1,10 @@
 // Command cdcapply is the CDC apply engine's command line: it dispatches
 // to one subcommand and turns its error into an exit status.
 //
-// Today only `demo` exists, a local end-to-end run of the Delta Lake core;
-// `run` and the operational subcommands (status, tombstones, vacuum,
-// restore, config validate) come with the apply engine.
+// `demo` runs the whole pipeline on embedded defaults; `run` applies a
+// pipeline file against real brokers; the operational subcommands
+// (tombstones, vacuum, restore, optimize, show, view-ddl, config) work on
+// tables and configuration files.
 package main
 
 import (
@@ -46,7 +47,8 @@ type subcommand struct {
 
 func subcommands() []subcommand {
 	return append([]subcommand{
-		{"demo", "write a local Delta table through the Delta core and read it back (the streaming demo comes with the apply engine)", runDemo},
+		{"demo", "run the whole pipeline on embedded defaults (in-process Kafka, tables under ./cdcapply-demo) and check the result against an oracle", runStreamDemo},
+		{"delta-demo", "write a local Delta table through the Delta core alone and read it back", runDemo},
 	}, append(engineSubcommands(), opsSubcommands()...)...)
 }
 

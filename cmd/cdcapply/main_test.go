@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "demo")
 	for i := 0; i < 2; i++ {
 		var out, errOut bytes.Buffer
-		if err := run(context.Background(), []string{"demo", "-dir", dir}, &out, &errOut); err != nil {
+		if err := run(context.Background(), []string{"delta-demo", "-dir", dir}, &out, &errOut); err != nil {
 			t.Fatalf("run %d: %v\nstdout:\n%s\nstderr:\n%s", i, err, out.String(), errOut.String())
 		}
 		for _, want := range []string{"comes with the apply engine", "version      14", "checkpoint   10", "check: rows"} {
@@ -52,7 +52,7 @@ func TestDemoKeepsForeignFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-dir", dir}, &out, &errOut)
+	err := run(context.Background(), []string{"delta-demo", "-dir", dir}, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "not made by the demo") {
 		t.Fatalf("demo in a foreign folder: err = %v", err)
 	}
