@@ -113,3 +113,14 @@ tables: [{name: t, topic: x, location: /a}]`, []string{"defaults.max_lateness: "
 		})
 	}
 }
+
+// TestExampleConfigIsValid keeps the documented example file valid.
+func TestExampleConfigIsValid(t *testing.T) {
+	cfg, err := LoadConfig("testdata/pipeline.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tables) != 2 || cfg.Tables[1].Flush.MaxRecords != 50000 || time.Duration(cfg.Tables[1].Flush.MaxLatency) != 250*time.Millisecond {
+		t.Fatalf("example parsed as %+v", cfg.Tables)
+	}
+}
