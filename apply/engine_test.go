@@ -200,6 +200,10 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	// back to (null, lsn), so key 4 is applied.
 	p.send(k, []byte(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1)), 2)
 	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2)
+	// Missing key: no Kafka key and an image without the key column.
+	p.send(nil, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{`, 1)), 1)
+	// A value that does not fit its column: id is int32.
+	p.send(k, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{"id":99999999999,`, 1)), 2)
 	// A Kafka tombstone (null value after a delete): skipped, not applied.
 	p.send(nil, nil, 0)
 	waitPositions(t, table, "shop", topic, p.ends)
@@ -252,8 +256,8 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	if read != produced || applied+stale+skipped+quarantined != read {
 		t.Errorf("accounting: produced %d, read %d = applied %d + stale %d + skipped %d + quarantined %d", produced, read, applied, stale, skipped, quarantined)
 	}
-	if quarantined != 3 || skipped < 1 {
-		t.Errorf("quarantined %d (want the 3 bad records), skipped %d (want the Kafka tombstone)", quarantined, skipped)
+	if quarantined != 5 || skipped < 1 {
+		t.Errorf("quarantined %d (want the 5 bad records), skipped %d (want the Kafka tombstone)", quarantined, skipped)
 	}
 
 	// The quarantine table holds each bad record with its reason.
@@ -275,7 +279,7 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	}
 	sort.Strings(reasons)
 	js, _ := json.Marshal(reasons)
-	for _, want := range []string{"malformed_json", "unknown_op", "null_sequence"} {
+	for _, want := range []string{"malformed_json", "unknown_op", "null_sequence", "missing_key", "value_out_of_range"} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("quarantine reasons %s lack %q", js, want)
 		}
