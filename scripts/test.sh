@@ -58,7 +58,7 @@ step "go test -race -count=1 ./..."
 testlog="$logdir/go-test.log"
 set +e
 # shellcheck disable=SC2086 # GOTESTFLAGS is a list of flags
-go test -race -count=1 -v ${GOTESTFLAGS:-} ./... 2>&1 | tee "$testlog" |
+go test -race -count=1 -timeout 40m -v ${GOTESTFLAGS:-} ./... 2>&1 | tee "$testlog" |
 	grep -v -E '^[[:space:]]*(=== (RUN|PAUSE|CONT|NAME)|--- PASS:)'
 gotest=${PIPESTATUS[0]}
 set -e
