@@ -50,6 +50,9 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
+
+	metrics *Metrics  // nil: no metrics
+	ready   readiness // /readyz: assignment and positions
 }
 
 // EngineOption configures an Engine.
@@ -90,6 +93,12 @@ type tableBuffer struct {
 	rejected []Rejected
 	bytes    int64
 	since    time.Time // when the first record of the batch arrived
+
+	// For metrics: time spent decoding, the newest heartbeat's ts_ms and
+	// schema changes made by the batch (reported when it commits).
+	decode      time.Duration
+	heartbeatMs int64
+	schema      int
 }
 
 // partBuffer accounts for one partition's records in the pending batch.
@@ -117,6 +126,7 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 			return nil, err
 		}
 		e.tables = append(e.tables, t)
+		e.metrics.tableStarted(tc.Name)
 	}
 	return e, nil
 }
@@ -228,6 +238,9 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 	if regex {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
+	if e.metrics != nil {
+		opts = append(opts, e.metrics.kafkaHooks())
+	}
 	return append(opts, e.extra...)
 }
 
@@ -257,6 +270,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			break
 		}
+		e.metrics.fetched(fetches)
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
@@ -331,7 +345,7 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 	if errors.Is(err, kerr.OffsetOutOfRange) {
 		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
 		next, _ := t.applier.Positions().Next(tp)
-		e.halt(t, fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention); changes would be lost: %w",
+		e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention); changes would be lost: %w",
 			t.cfg.Name, topic, partition, next, err))
 		return
 	}
@@ -339,13 +353,17 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 }
 
 // halt stops one table: its buffer is dropped and its partitions paused.
-func (e *Engine) halt(t *tableRun, err error) {
+// reason is a short class for the halted metric's label (the error itself
+// has unbounded text).
+func (e *Engine) halt(t *tableRun, reason string, err error) {
 	if t.halted != nil {
 		return
 	}
 	t.halted = err
 	t.buf.reset()
-	e.log.Error("table halted", "table", t.cfg.Name, "err", err)
+	e.metrics.tableHalted(t.cfg.Name, reason)
+	e.log.Error("table halted", "table", t.cfg.Name, "reason", reason, "err", err)
+	e.recordHalt(t, err)
 	if e.client == nil {
 		return
 	}
@@ -371,7 +389,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	}
 	if t.reopen.Swap(false) {
 		if err := t.applier.Open(ctx); err != nil {
-			e.halt(t, err)
+			e.halt(t, "open", err)
 			return
 		}
 	}
@@ -393,6 +411,8 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	pb.read++
 	t.buf.bytes += int64(len(r.Key) + len(r.Value))
 
+	decodeStart := time.Now()
+	defer func() { t.buf.decode += time.Since(decodeStart) }()
 	rec := debezium.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 	for _, h := range r.Headers {
 		rec.Headers = append(rec.Headers, debezium.Header{Key: h.Key, Value: h.Value})
@@ -412,6 +432,10 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	}
 	switch ch.Class {
 	case debezium.ClassChange:
+	case debezium.ClassHeartbeat:
+		pb.skipped++
+		t.buf.heartbeatMs = max(t.buf.heartbeatMs, ch.TsMs)
+		return
 	default:
 		pb.skipped++
 		return
@@ -426,7 +450,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 			e.reject(t, pb, &rec, pe.Reason, pe.Error())
 			return
 		}
-		e.halt(t, err)
+		e.halt(t, "schema", err)
 		return
 	}
 	c, err := t.applier.Layout().Project(&ch)
@@ -436,7 +460,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 			e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
 			return
 		}
-		e.halt(t, err)
+		e.halt(t, "schema", err)
 		return
 	}
 	c.Raw = &rec
@@ -452,7 +476,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 		pb.skipped++
 		return
 	case t.cfg.TruncatePolicy == "fail":
-		e.halt(t, fmt.Errorf("table %s: topic %s partition %d offset %d: source truncate and truncate_policy is fail", t.cfg.Name, r.Topic, r.Partition, r.Offset))
+		e.halt(t, "truncate", fmt.Errorf("table %s: topic %s partition %d offset %d: source truncate and truncate_policy is fail", t.cfg.Name, r.Topic, r.Partition, r.Offset))
 		return
 	}
 	// Take the truncate record out of the pending batch, commit the rest.
@@ -475,6 +499,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 		return
 	}
 	e.log.Info("source truncate applied", "table", t.cfg.Name, "version", res.Version, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "rows_deleted", res.Counts.Delete)
+	e.metrics.committed(batchDone{table: t.cfg.Name, batch: b, res: res, newestMicro: c.SourceTsMicros})
 	e.commitGroupOffsets(ctx, b.Ranges)
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
@@ -535,6 +560,7 @@ func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
 	if err := t.applier.Evolve(cols); err != nil {
 		return err
 	}
+	t.buf.schema++
 	// Changes already buffered were decoded before the columns existed:
 	// the source had no value for them.
 	n := len(t.applier.Layout().Source)
@@ -568,6 +594,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	if t.buf.empty() {
 		return true
 	}
+	refreshStart := time.Now()
 	if err := t.applier.Refresh(ctx); err != nil {
 		e.log.Error("refresh failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 		e.resync(ctx, t)
@@ -580,6 +607,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 			fmt.Sprintf("%s: no row for the key and the change is older than the table's purge horizon", c.Raw.Topic+"/"+fmt.Sprint(c.Raw.Partition)+"@"+fmt.Sprint(c.Raw.Offset)))
 	}
 	t.buf.changes = kept
+	refreshed := time.Since(refreshStart)
 	b := &Batch{Changes: t.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
 	for tp, pb := range t.buf.parts {
 		b.Ranges[tp] = pb.rng
@@ -587,6 +615,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 		b.Skipped += pb.skipped
 		b.Quarantined += pb.quarantined
 	}
+	quarantineStart := time.Now()
 	if len(t.buf.rejected) > 0 {
 		if err := t.quarantine.Write(ctx, t.buf.rejected); err != nil {
 			e.log.Error("quarantine write failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
@@ -601,11 +630,13 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 		t.buf.reset()
 		return true
 	}
+	quarantined := time.Since(quarantineStart)
 	if e.beforeApply != nil {
 		e.beforeApply(t.cfg.Name)
 	}
 	res, err := t.applier.Apply(ctx, b)
 	if err != nil {
+		e.metrics.commitFailedFor(t.cfg.Name, errors.Is(err, ErrFenced))
 		if errors.Is(err, ErrFenced) {
 			e.fenced.Add(1)
 			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
@@ -619,6 +650,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
 		"revived", res.Counts.Revive, "stale", res.Counts.StaleRecords, "skipped", b.Skipped, "quarantined", b.Quarantined)
 	e.commitGroupOffsets(ctx, b.Ranges)
+	e.recordCommit(t, b, res, refreshed, quarantined)
 	t.buf.reset()
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
@@ -633,11 +665,11 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.buf.reset()
 	if err := t.applier.Open(ctx); err != nil {
-		e.halt(t, err)
+		e.halt(t, "open", err)
 		return
 	}
 	if err := t.quarantine.Open(ctx); err != nil {
-		e.halt(t, err)
+		e.halt(t, "open", err)
 		return
 	}
 	if e.client == nil {
@@ -690,6 +722,7 @@ func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 		}
 	}
 	e.assignMu.Unlock()
+	e.ready.assigned(assigned)
 	for topic := range assigned {
 		if t := e.tableFor(topic); t != nil {
 			t.reopen.Store(true)
@@ -707,10 +740,14 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 		}
 	}
 	e.assignMu.Unlock()
+	e.ready.revoked(revoked)
 	for topic, parts := range revoked {
 		t := e.tableFor(topic)
 		if t == nil {
 			continue
+		}
+		for _, p := range parts {
+			e.metrics.revoked(t.cfg.Name, checkpoint.TopicPartition{Topic: topic, Partition: p})
 		}
 		gone := map[checkpoint.TopicPartition]bool{}
 		for _, p := range parts {
@@ -748,6 +785,9 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 	for topic, parts := range offsets {
 		t := e.tableFor(topic)
 		if t == nil {
+			for p := range parts {
+				e.ready.positioned(topic, p) // not ours: nothing to restore
+			}
 			continue
 		}
 		pos, ok := byTable[t]
@@ -771,6 +811,8 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 				// if retention removed it, the fetch fails loudly.
 				parts[p] = kgo.NewOffset().At(0).WithEpoch(-1)
 			}
+			e.metrics.positioned(t.cfg.Name, checkpoint.TopicPartition{Topic: topic, Partition: p}, next)
+			e.ready.positioned(topic, p)
 			e.log.Info("partition assigned", "table", t.cfg.Name, "topic", topic, "partition", p, "position", next, "from_table", has)
 		}
 	}

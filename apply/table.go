@@ -35,6 +35,9 @@ type Result struct {
 	Version int64
 	Counts  Counts
 	Files   struct{ Added, Removed int }
+	// Durations times the stages for metrics: Plan is reduce, plan and
+	// the data files written; Commit is the Delta log commit.
+	Durations struct{ Plan, Commit time.Duration }
 }
 
 // TableApplier applies batches to one Delta table. It is not safe for
@@ -233,11 +236,17 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 		return nil, err
 	}
 	now := a.clock()
+	started := time.Now()
 	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
 	}
-	return a.commit(ctx, tx, b, plan, now, "MERGE")
+	planned := time.Since(started)
+	res, err := a.commit(ctx, tx, b, plan, now, "MERGE")
+	if res != nil {
+		res.Durations.Plan = planned
+	}
+	return res, err
 }
 
 // Truncate applies a source TRUNCATE (the batch holds just its record):
@@ -305,7 +314,9 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	if a.snap == nil {
 		op = "CREATE TABLE AS SELECT"
 	}
+	started := time.Now()
 	committed, err := tx.Commit(ctx, op, a.commitParams(b, plan))
+	took := time.Since(started)
 	if err != nil {
 		if errors.Is(err, delta.ErrConflict) && a.advancedElsewhere(ctx, b) {
 			return nil, fmt.Errorf("apply to table %s: %w: %w", a.name, ErrFenced, err)
@@ -317,6 +328,7 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	a.index.Apply(plan)
 	res := &Result{Version: committed.Version, Counts: plan.Counts}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
+	res.Durations.Commit = took
 	return res, nil
 }
 
