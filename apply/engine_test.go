@@ -293,32 +293,7 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 // the same commit as the first change that carries it; older rows read it
 // as NULL (with delta-rs), nothing is quarantined.
 func TestEngineAdditiveSchema(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-	dir := t.TempDir()
-	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	table := dir + "/orders"
+	p, table, e := kfakeEngine(t)
 	p.change(1, 10, "c", "new")
 	p.change(2, 11, "c", "new")
 	waitPositions(t, table, "shop", "orders", p.ends)
@@ -349,32 +324,7 @@ func TestEngineAdditiveSchema(t *testing.T) {
 // than it into a tombstone that keeps its values; a row inserted after the
 // truncate (even one read in the same poll) stays live.
 func TestEngineTruncateTombstones(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-	dir := t.TempDir()
-	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	table := dir + "/orders"
+	p, table, _ := kfakeEngine(t)
 	p.change(1, 10, "c", "a")
 	p.change(2, 11, "c", "b")
 	waitPositions(t, table, "shop", "orders", p.ends)
@@ -402,32 +352,8 @@ func TestEngineTruncateTombstones(t *testing.T) {
 // (Taking the LateBeyondHorizon call out of Engine.flush makes this test
 // fail: the key comes back.)
 func TestEngineLateBeyondPurgeHorizon(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pcl.Close()
-	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-	dir := t.TempDir()
-	e, err := NewEngine(testConfig(t, c.ListenAddrs(), dir), Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	table := dir + "/orders"
+	p, table, _ := kfakeEngine(t)
+	ctx := context.Background()
 	// Source times are in 2023 (dbzOrders), far older than a week.
 	p.change(1, 10, "c", "new")
 	p.change(2, 11, "c", "keep")
@@ -458,4 +384,26 @@ func TestEngineLateBeyondPurgeHorizon(t *testing.T) {
 	if len(qrows) != 1 || qrows[0]["reason"] != tombstone.ReasonLateBeyondHorizon {
 		t.Errorf("quarantine = %v, want the late change with reason %s", qrows, tombstone.ReasonLateBeyondHorizon)
 	}
+}
+
+// kfakeEngine starts a one-partition kfake cluster with topic "orders", a
+// producer for it and an engine applying it into a fresh table; all stop
+// when the test ends.
+func kfakeEngine(t *testing.T) (p *producer, table string, e *Engine) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pcl.Close)
+	p = &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir))
+	t.Cleanup(stop)
+	return p, dir + "/orders", e
 }
