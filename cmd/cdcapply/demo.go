@@ -85,9 +85,11 @@ type demo struct {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("delta-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "cdcapply-demo", "folder for the demo table (re-created on every run)")
+	// Inside ./cdcapply-demo (git-ignored) beside the streaming demo's
+	// tables, in a folder of its own so that neither wipes the other.
+	dir := fs.String("dir", filepath.Join("cdcapply-demo", "delta-core"), "folder for the demo table (re-created on every run)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -98,8 +100,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := resetDemoDir(*dir); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "cdcapply demo: a local end-to-end run of the Delta Lake core.")
-	fmt.Fprintln(stdout, "(The streaming demo, Debezium topics from Kafka into Delta, comes with the apply engine; it is not built yet.)")
+	fmt.Fprintln(stdout, "cdcapply delta-demo: a local end-to-end run of the Delta Lake core alone.")
+	fmt.Fprintln(stdout, "(`cdcapply demo` runs the whole pipeline, Debezium topics from Kafka into Delta.)")
 	fmt.Fprintln(stdout)
 
 	st := storage.NewLocal(root)
@@ -137,7 +139,7 @@ func resetDemoDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create demo folder: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, demoMarker), []byte("made by `cdcapply demo`; the next run deletes this folder\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, demoMarker), []byte("made by `cdcapply delta-demo`; its next run deletes this folder\n"), 0o644); err != nil {
 		return fmt.Errorf("create demo folder: %w", err)
 	}
 	return nil

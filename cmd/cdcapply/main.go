@@ -81,6 +81,4 @@ func usage(w io.Writer) {
 	for _, c := range subcommands() {
 		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "The streaming apply job (Kafka to Delta) is not built yet; `run` comes with it.")
 }

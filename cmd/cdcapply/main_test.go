@@ -24,7 +24,7 @@ func TestDemo(t *testing.T) {
 		if err := run(context.Background(), []string{"delta-demo", "-dir", dir}, &out, &errOut); err != nil {
 			t.Fatalf("run %d: %v\nstdout:\n%s\nstderr:\n%s", i, err, out.String(), errOut.String())
 		}
-		for _, want := range []string{"comes with the apply engine", "version      14", "checkpoint   10", "check: rows"} {
+		for _, want := range []string{"the Delta Lake core alone", "version      14", "checkpoint   10", "check: rows"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("run %d: output lacks %q:\n%s", i, want, out.String())
 			}
