@@ -26,6 +26,7 @@ func opsSubcommands() []subcommand {
 		{"optimize", "compact small files without changing rows (dataChange=false)", runOptimize},
 		{"show", "print a table's rows as of a version or time", runShow},
 		{"view-ddl", "print the CREATE VIEW that hides tombstones and engine columns", runViewDDL},
+		{"status", "per table: version, last commit, positions and lag, freshness, row counts, purge horizon, readable versions, halt state", runStatus},
 	}
 }
 

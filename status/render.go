@@ -1,0 +1,155 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteJSON writes the report as one indented JSON document; the field
+// names are part of the command's interface for scripts.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes the report for a person: a summary line per table,
+// then each table's details with aligned columns.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status at %s; brokers %s", stamp(r.At), r.Brokers)
+	if r.BrokerError != "" {
+		fmt.Fprintf(&b, " (%s)", r.BrokerError)
+	}
+	b.WriteString("\n\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tSTATE\tVERSION\tLAG\tFRESHNESS\tLIVE\tTOMBSTONES")
+	for _, t := range r.Tables {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\n", t.Name, t.State, t.Version, lagText(t), freshText(t), t.Rows.Live, t.Rows.Tombstones)
+	}
+	tw.Flush()
+	for _, t := range r.Tables {
+		b.WriteString("\n")
+		writeTable(&b, t)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}
+
+func writeTable(b *strings.Builder, t Table) {
+	fmt.Fprintf(b, "table %s (%s)\n", t.Name, t.Location)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "  state\t%s\n", t.State)
+	if t.Error != "" {
+		fmt.Fprintf(tw, "  error\t%s\n", t.Error)
+		return
+	}
+	if h := t.Halt; h != nil {
+		if h.Current {
+			fmt.Fprintf(tw, "  halted\tat %s, version %d: %s\n", stamp(h.At), h.Version, h.Reason)
+		} else {
+			fmt.Fprintf(tw, "  last halt\tat %s, version %d (ran again since): %s\n", stamp(h.At), h.Version, h.Reason)
+		}
+	}
+	fmt.Fprintf(tw, "  version\t%d\n", t.Version)
+	if c := t.LastCommit; c != nil {
+		line := fmt.Sprintf("%s %s", stamp(c.Time), c.Operation)
+		if c.Time.IsZero() {
+			line = "(commit file cleaned up)"
+		}
+		if c.RecordsRead >= 0 {
+			line += fmt.Sprintf(", %d records read", c.RecordsRead)
+		}
+		fmt.Fprintf(tw, "  last commit\t%s\n", line)
+	}
+	fmt.Fprintf(tw, "  freshness\t%s\n", freshText(t))
+	if f := t.Freshness; f != nil {
+		fmt.Fprintf(tw, "  newest source ts\t%s\n", stamp(f.NewestSourceTs))
+	}
+	eligible := ""
+	if t.Rows.PurgeEligible >= 0 {
+		eligible = fmt.Sprintf(", %d past max lateness", t.Rows.PurgeEligible)
+	}
+	fmt.Fprintf(tw, "  rows\t%d live, %d tombstones%s (%d rows in %d files, read from the files)\n", t.Rows.Live, t.Rows.Tombstones, eligible, t.Rows.Total, t.Rows.Files)
+	if h := t.Horizon; h != nil {
+		fmt.Fprintf(tw, "  purge horizon\t%s (purged at %s, %d rows so far)\n", stamp(h.SourceTs), stamp(h.PurgedAt), h.PurgedRows)
+	} else {
+		fmt.Fprintf(tw, "  purge horizon\tnone (never purged)\n")
+	}
+	fmt.Fprintf(tw, "  time travel\t%s\n", travelText(t.TimeTravel))
+	for _, u := range t.TimeTravel.Unreadable {
+		fmt.Fprintf(tw, "  \tversion %d not readable: %s\n", u.Version, u.Reason)
+	}
+	tw.Flush()
+	if len(t.Partitions) == 0 {
+		fmt.Fprintf(b, "  no Kafka positions\n")
+		return
+	}
+	pw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(pw, "  PIPELINE\tTOPIC\tPARTITION\tNEXT OFFSET\tHIGH WATERMARK\tLAG")
+	for _, p := range t.Partitions {
+		next := fmt.Sprint(p.Next)
+		if !p.HasPosition {
+			next = "none"
+		}
+		hw, lag := "?", "unknown"
+		if p.HighWatermark != nil {
+			hw, lag = fmt.Sprint(*p.HighWatermark), fmt.Sprint(*p.Lag)
+		}
+		fmt.Fprintf(pw, "  %s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, p.Topic, p.Partition, next, hw, lag)
+	}
+	pw.Flush()
+}
+
+func lagText(t Table) string {
+	switch {
+	case t.State == "unreadable":
+		return "-"
+	case !t.LagKnown:
+		return "unknown"
+	}
+	behind := 0
+	for _, p := range t.Partitions {
+		if p.Lag != nil && *p.Lag > 0 {
+			behind++
+		}
+	}
+	if behind == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%d of %d partitions behind)", t.TotalLag, behind, len(t.Partitions))
+}
+
+func freshText(t Table) string {
+	if t.Freshness == nil {
+		return "-"
+	}
+	return (time.Duration(t.Freshness.Seconds * float64(time.Second))).Round(time.Second).String()
+}
+
+func travelText(tt TimeTravel) string {
+	if len(tt.Readable) == 0 {
+		return fmt.Sprintf("no readable version among %d..%d", tt.From, tt.To)
+	}
+	parts := make([]string, len(tt.Readable))
+	for i, r := range tt.Readable {
+		if r.From == r.To {
+			parts[i] = fmt.Sprint(r.From)
+		} else {
+			parts[i] = fmt.Sprintf("%d..%d", r.From, r.To)
+		}
+	}
+	return fmt.Sprintf("readable versions %s (checked %d..%d)", strings.Join(parts, ", "), tt.From, tt.To)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -1,0 +1,496 @@
+// Package status builds the report of `cdcapply status`: for each table
+// its version, last commit, stream positions, lag against the brokers'
+// high watermarks, freshness, row counts read from the data files, purge
+// horizon, halt state and which older versions can still be read.
+//
+// The report is a plain value (Gather fills it, WriteText and WriteJSON
+// render it) so that the command and a future metrics endpoint share it.
+// Everything that changes between runs (the clock, the brokers) comes in
+// through Options, which keeps golden tests deterministic.
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/cdcapply/cdcapply/apply"
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/datafile"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/tombstone"
+)
+
+// EndOffsets returns the high watermark (the offset after the last
+// record) of every partition of the given topics.
+type EndOffsets interface {
+	EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error)
+}
+
+// Source names one table to report on.
+type Source struct {
+	// Name is the table's name in the configuration (or its location).
+	Name string
+	// Store is rooted at the table.
+	Store storage.Storage
+	// Pipeline selects the txn positions to report; empty reports those
+	// of every cdcapply pipeline found in the table.
+	Pipeline string
+	// Topics are topics the table consumes even where it has no position
+	// yet (a partition never applied is behind by its whole length).
+	Topics []string
+	// MaxLateness, when positive, counts the tombstones a purge would take.
+	MaxLateness time.Duration
+}
+
+// Options configures Gather.
+type Options struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Offsets reads the brokers' high watermarks; nil when no brokers are
+	// configured. An error from it makes lag unknown, never fails Gather.
+	Offsets EndOffsets
+	// Versions is how many versions, newest first, are checked for time
+	// travel; 20 when zero.
+	Versions int
+}
+
+// Report is the whole status.
+type Report struct {
+	// At is when the report was taken.
+	At time.Time `json:"at"`
+	// Brokers is "reachable", "unreachable", or "not configured".
+	Brokers string `json:"brokers"`
+	// BrokerError is why the brokers could not be asked.
+	BrokerError string `json:"broker_error,omitempty"`
+	// Tables are in the order the sources were given.
+	Tables []Table `json:"tables"`
+}
+
+// Table is one table's status.
+type Table struct {
+	Name     string `json:"name"`
+	Location string `json:"location"`
+	// State is "running" (not halted: whether an engine process is up is
+	// not visible from the table), "halted", or "unreadable" (Error says why).
+	State string `json:"state"`
+	// Halt is the recorded halt: current when State is halted, else an
+	// earlier halt the table has since run past (kept for the record).
+	Halt  *Halt  `json:"halt,omitempty"`
+	Error string `json:"error,omitempty"`
+
+	Version    int64       `json:"version"`
+	LastCommit *Commit     `json:"last_commit,omitempty"`
+	Partitions []Partition `json:"partitions"`
+	// LagKnown is false when the brokers could not be asked; TotalLag
+	// then is 0 and meaningless.
+	LagKnown bool  `json:"lag_known"`
+	TotalLag int64 `json:"total_lag"`
+
+	Freshness *Freshness `json:"freshness,omitempty"`
+	Rows      Rows       `json:"rows"`
+	// Horizon is the purge horizon; nil when no purge ever committed.
+	Horizon *Horizon `json:"purge_horizon,omitempty"`
+	// TimeTravel says which recent versions can still be read.
+	TimeTravel TimeTravel `json:"time_travel"`
+}
+
+// Halt is a recorded halt of the table by the engine.
+type Halt struct {
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	// Version is the table version when the engine halted.
+	Version int64 `json:"version"`
+	// Current is false when a later commit shows the table ran again.
+	Current bool `json:"current"`
+}
+
+// Commit describes the latest commit.
+type Commit struct {
+	Version   int64     `json:"version"`
+	Time      time.Time `json:"time"`
+	Operation string    `json:"operation"`
+	// Engine is the writer's engineInfo.
+	Engine string `json:"engine,omitempty"`
+	// RecordsRead is the Kafka records an engine commit covered (-1:
+	// not an engine commit or not recorded).
+	RecordsRead int64 `json:"records_read"`
+}
+
+// Partition is one Kafka partition's position and lag.
+type Partition struct {
+	Pipeline  string `json:"pipeline"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Next is the next offset to apply (from the txn action); HasPosition
+	// is false when the table has applied nothing from the partition.
+	Next        int64 `json:"next_offset"`
+	HasPosition bool  `json:"has_position"`
+	// HighWatermark and Lag are set when the brokers answered for the
+	// partition; Lag = HighWatermark - Next.
+	HighWatermark *int64 `json:"high_watermark,omitempty"`
+	Lag           *int64 `json:"lag,omitempty"`
+}
+
+// Freshness is how old the newest applied change is.
+type Freshness struct {
+	// NewestSourceTs is the largest _cdc_source_ts among the live rows
+	// (tombstones included): the source commit time of the newest change
+	// the table holds.
+	NewestSourceTs time.Time `json:"newest_source_ts"`
+	// Seconds is report time minus NewestSourceTs.
+	Seconds float64 `json:"seconds"`
+}
+
+// Rows are counted by reading the data files (deletion vectors applied),
+// not from file statistics.
+type Rows struct {
+	Files      int   `json:"files"`
+	Total      int64 `json:"total"`
+	Live       int64 `json:"live"`
+	Tombstones int64 `json:"tombstones"`
+	// PurgeEligible counts tombstones older than the maximum lateness
+	// (-1 when no maximum lateness was given).
+	PurgeEligible int64 `json:"purge_eligible"`
+}
+
+// Horizon is the purge horizon.
+type Horizon struct {
+	SourceTs   time.Time `json:"source_ts"`
+	PurgedAt   time.Time `json:"purged_at"`
+	PurgedRows int64     `json:"purged_rows"`
+}
+
+// TimeTravel lists the checked versions by readability.
+type TimeTravel struct {
+	// From and To bound the versions checked (newest Options.Versions).
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+	// Readable are the checked versions whose log and every data file
+	// are present, as inclusive ranges.
+	Readable []VersionRange `json:"readable"`
+	// Unreadable are the checked versions that cannot be read, and why.
+	Unreadable []Unreadable `json:"unreadable"`
+}
+
+// VersionRange is an inclusive range of versions.
+type VersionRange struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// Unreadable is a version that cannot be read.
+type Unreadable struct {
+	Version int64 `json:"version"`
+	// MissingFiles counts data files vacuum removed (0 when the log
+	// itself cannot be replayed: Reason says why).
+	MissingFiles int    `json:"missing_files"`
+	Reason       string `json:"reason"`
+}
+
+// Gather builds the report for the sources. A table that cannot be read
+// is reported as unreadable, not returned as an error; only a cancelled
+// context fails Gather.
+func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error) {
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	if opts.Versions <= 0 {
+		opts.Versions = 20
+	}
+	rep := &Report{At: now().UTC(), Brokers: "not configured"}
+	topicSet := map[string]bool{}
+	for _, src := range sources {
+		t := Table{Name: src.Name, Location: src.Store.Location(), State: "running", Partitions: []Partition{}}
+		err := gatherTable(ctx, src, opts, rep.At, &t)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("gather status: %w", err)
+		}
+		if err != nil {
+			t.State, t.Error = "unreadable", err.Error()
+		}
+		for _, p := range t.Partitions {
+			topicSet[p.Topic] = true
+		}
+		rep.Tables = append(rep.Tables, t)
+	}
+	if opts.Offsets == nil {
+		return rep, nil
+	}
+	topics := make([]string, 0, len(topicSet))
+	for tp := range topicSet {
+		topics = append(topics, tp)
+	}
+	sort.Strings(topics)
+	ends, err := opts.Offsets.EndOffsets(ctx, topics)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("gather status: %w", cerr)
+		}
+		rep.Brokers, rep.BrokerError = "unreachable", err.Error()
+		return rep, nil
+	}
+	rep.Brokers = "reachable"
+	for i := range rep.Tables {
+		addLag(&rep.Tables[i], ends)
+	}
+	return rep, nil
+}
+
+// addLag fills in high watermarks and lags; partitions of the table's
+// topics the brokers know but the table never applied join with lag equal
+// to the whole partition.
+func addLag(t *Table, ends map[checkpoint.TopicPartition]int64) {
+	if t.State == "unreadable" {
+		return
+	}
+	seen := map[checkpoint.TopicPartition]bool{}
+	topics := map[string]string{} // topic -> pipeline
+	for _, p := range t.Partitions {
+		seen[checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = true
+		topics[p.Topic] = p.Pipeline
+	}
+	for tp := range ends {
+		if pl, ok := topics[tp.Topic]; ok && !seen[tp] {
+			t.Partitions = append(t.Partitions, Partition{Pipeline: pl, Topic: tp.Topic, Partition: tp.Partition})
+		}
+	}
+	sortPartitions(t.Partitions)
+	t.LagKnown = true
+	for i := range t.Partitions {
+		p := &t.Partitions[i]
+		hw, ok := ends[checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+		if !ok {
+			// The broker does not know the partition (topic deleted?):
+			// the table's lag is not fully known.
+			t.LagKnown = false
+			continue
+		}
+		lag := max(hw-p.Next, 0)
+		p.HighWatermark, p.Lag = &hw, &lag
+		t.TotalLag += lag
+	}
+}
+
+func sortPartitions(ps []Partition) {
+	sort.Slice(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		if a.Pipeline != b.Pipeline {
+			return a.Pipeline < b.Pipeline
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+}
+
+// gatherTable fills t from the table's log, files and state file.
+func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t *Table) error {
+	tbl := delta.Open(src.Store)
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("read table: %w", err)
+	}
+	t.Version = snap.Version
+
+	st, ok, err := apply.ReadState(ctx, src.Store)
+	if err != nil {
+		return err
+	}
+	if ok && st.Halted {
+		// A commit after the halt means an engine applied to the table
+		// again; the state file is then history, not the current state.
+		h := &Halt{Reason: st.Reason, At: st.At.UTC(), Version: st.Version, Current: snap.Version <= st.Version}
+		t.Halt = h
+		if h.Current {
+			t.State = "halted"
+		}
+	}
+
+	if t.LastCommit, err = lastCommit(ctx, tbl, snap.Version); err != nil {
+		return err
+	}
+
+	for appID, txn := range snap.Txns() {
+		pl, tp, ok := checkpoint.ParseAppID(appID)
+		if !ok || (src.Pipeline != "" && pl != src.Pipeline) {
+			continue
+		}
+		t.Partitions = append(t.Partitions, Partition{Pipeline: pl, Topic: tp.Topic, Partition: tp.Partition, Next: txn.Version, HasPosition: true})
+	}
+	if src.Pipeline != "" {
+		have := map[string]bool{}
+		for _, p := range t.Partitions {
+			have[p.Topic] = true
+		}
+		for _, topic := range src.Topics {
+			if !have[topic] {
+				// Partition 0 stands for the topic until the brokers
+				// say which partitions it has.
+				t.Partitions = append(t.Partitions, Partition{Pipeline: src.Pipeline, Topic: topic})
+			}
+		}
+	}
+	sortPartitions(t.Partitions)
+
+	if err := countRows(ctx, tbl, snap, src.MaxLateness, now, t); err != nil {
+		return err
+	}
+	h, ok, err := tombstone.ReadHorizon(snap)
+	if err != nil {
+		return err
+	}
+	if ok {
+		t.Horizon = &Horizon{SourceTs: time.UnixMicro(h.SourceTsMicros).UTC(), PurgedAt: time.UnixMilli(h.PurgedAtMillis).UTC(), PurgedRows: h.PurgedRows}
+	}
+	t.TimeTravel, err = timeTravel(ctx, tbl, snap.Version, opts.Versions)
+	return err
+}
+
+// lastCommit reads the commitInfo of version v.
+func lastCommit(ctx context.Context, tbl *delta.Table, v int64) (*Commit, error) {
+	actions, err := tbl.ReadCommit(ctx, v)
+	if errors.Is(err, storage.ErrNotExist) {
+		// Log cleanup may have left only a checkpoint for this version.
+		return &Commit{Version: v, RecordsRead: -1}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read last commit: %w", err)
+	}
+	c := &Commit{Version: v, RecordsRead: -1}
+	for _, a := range actions {
+		ci := a.CommitInfo
+		if ci == nil {
+			continue
+		}
+		ts := ci.Timestamp
+		if ci.InCommitTimestamp != nil {
+			ts = *ci.InCommitTimestamp
+		}
+		c.Time, c.Operation, c.Engine = time.UnixMilli(ts).UTC(), ci.Operation, ci.EngineInfo
+		if n, ok := number(ci.OperationParameters["recordsRead"]); ok {
+			c.RecordsRead = n
+		}
+		break
+	}
+	return c, nil
+}
+
+// number reads a count from operationParameters, where writers store
+// numbers as JSON numbers or as strings.
+func number(v any) (int64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return int64(x), true
+	case string:
+		var n int64
+		if _, err := fmt.Sscan(x, &n); err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// countRows reads the engine columns of every live file: the counts come
+// from the rows themselves so that a file with wrong or missing
+// statistics cannot mislead the operator.
+func countRows(ctx context.Context, tbl *delta.Table, snap *delta.Snapshot, maxLateness time.Duration, now time.Time, t *Table) error {
+	layout, err := datafile.LayoutOf(&snap.Metadata)
+	if err != nil {
+		return fmt.Errorf("count rows: %w", err)
+	}
+	if f, _, ok := snap.Schema.Field(tombstone.ColDeleted); !ok || f.Type.String() != delta.Boolean.String() {
+		return fmt.Errorf("count rows: the table has no boolean %s column: not a cdcapply table", tombstone.ColDeleted)
+	}
+	if f, _, ok := snap.Schema.Field(tombstone.ColSourceTs); !ok || f.Type.String() != delta.Timestamp.String() {
+		return fmt.Errorf("count rows: the table has no timestamp %s column: not a cdcapply table", tombstone.ColSourceTs)
+	}
+	cutoff := int64(0)
+	t.Rows.PurgeEligible = -1
+	if maxLateness > 0 {
+		cutoff, t.Rows.PurgeEligible = now.Add(-maxLateness).UnixMicro(), 0
+	}
+	var newest int64
+	for _, add := range snap.Files() {
+		rec, err := datafile.Read(ctx, tbl.Storage(), layout, add, datafile.Columns(tombstone.ColDeleted, tombstone.ColSourceTs))
+		if err != nil {
+			return fmt.Errorf("count rows: %w", err)
+		}
+		t.Rows.Files++
+		t.Rows.Total += rec.NumRows()
+		var del *array.Boolean
+		var ts *array.Timestamp
+		for i, f := range rec.Schema().Fields() {
+			switch f.Name {
+			case tombstone.ColDeleted:
+				del, _ = rec.Column(i).(*array.Boolean)
+			case tombstone.ColSourceTs:
+				ts, _ = rec.Column(i).(*array.Timestamp)
+			}
+		}
+		if del == nil || ts == nil {
+			rec.Release()
+			return fmt.Errorf("count rows: file %s: engine columns have unexpected types", add.Path)
+		}
+		for r := 0; r < int(rec.NumRows()); r++ {
+			v := int64(0)
+			if !ts.IsNull(r) {
+				v = int64(ts.Value(r))
+				newest = max(newest, v)
+			}
+			if del.IsNull(r) || !del.Value(r) {
+				t.Rows.Live++
+				continue
+			}
+			t.Rows.Tombstones++
+			if maxLateness > 0 && !ts.IsNull(r) && v < cutoff {
+				t.Rows.PurgeEligible++
+			}
+		}
+		rec.Release()
+	}
+	if newest > 0 {
+		nt := time.UnixMicro(newest).UTC()
+		t.Freshness = &Freshness{NewestSourceTs: nt, Seconds: now.Sub(nt).Seconds()}
+	}
+	return nil
+}
+
+// timeTravel checks the newest n versions up to latest: a version is
+// readable when its snapshot can be replayed and storage holds every data
+// file it references (vacuum deletes files of old versions, so a version
+// whose log is intact may still be gone).
+func timeTravel(ctx context.Context, tbl *delta.Table, latest int64, n int) (TimeTravel, error) {
+	tt := TimeTravel{From: max(latest-int64(n)+1, 0), To: latest, Readable: []VersionRange{}, Unreadable: []Unreadable{}}
+	for v := tt.From; v <= latest; v++ {
+		snap, err := tbl.SnapshotAt(ctx, v)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return tt, cerr
+			}
+			tt.Unreadable = append(tt.Unreadable, Unreadable{Version: v, Reason: "log: " + err.Error()})
+			continue
+		}
+		missing, err := delta.MissingFiles(ctx, tbl, snap)
+		if err != nil {
+			return tt, fmt.Errorf("check version %d: %w", v, err)
+		}
+		if len(missing) > 0 {
+			tt.Unreadable = append(tt.Unreadable, Unreadable{Version: v, MissingFiles: len(missing), Reason: fmt.Sprintf("%d data files removed by vacuum", len(missing))})
+			continue
+		}
+		if k := len(tt.Readable); k > 0 && tt.Readable[k-1].To == v-1 {
+			tt.Readable[k-1].To = v
+		} else {
+			tt.Readable = append(tt.Readable, VersionRange{From: v, To: v})
+		}
+	}
+	return tt, nil
+}
