@@ -363,7 +363,7 @@ func (e *Engine) halt(t *tableRun, reason string, err error) {
 	t.buf.reset()
 	e.metrics.tableHalted(t.cfg.Name, reason)
 	e.log.Error("table halted", "table", t.cfg.Name, "reason", reason, "err", err)
-	e.recordHalt(t, err)
+	e.recordHalt(t, reason, err)
 	if e.client == nil {
 		return
 	}

@@ -20,6 +20,8 @@ const StatePath = "_cdcapply/state.json"
 type TableState struct {
 	// Halted is true when the engine stopped the table loudly.
 	Halted bool `json:"halted"`
+	// Class is the halt's short class (the halted metric's label).
+	Class string `json:"class,omitempty"`
 	// Reason is the halting error's text.
 	Reason string `json:"reason,omitempty"`
 	// At is when the engine halted the table.
@@ -69,14 +71,14 @@ func ClearState(ctx context.Context, store storage.Storage) error {
 // recordHalt writes the halt of t for `cdcapply status`. A failure to
 // write it is logged, not returned: the halt itself already happened and
 // is logged loudly; the state file only makes it visible from outside.
-func (e *Engine) recordHalt(t *tableRun, reason error) {
+func (e *Engine) recordHalt(t *tableRun, class string, reason error) {
 	var version int64 = -1
 	if t.applier != nil {
 		if snap := t.applier.Snapshot(); snap != nil {
 			version = snap.Version
 		}
 	}
-	st := TableState{Halted: true, Reason: reason.Error(), At: e.clock().UTC(), Version: version}
+	st := TableState{Halted: true, Class: class, Reason: reason.Error(), At: e.clock().UTC(), Version: version}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := WriteState(ctx, t.store, st); err != nil {

@@ -55,10 +55,16 @@ func writeTable(b *strings.Builder, t Table) {
 		return
 	}
 	if h := t.Halt; h != nil {
-		if h.Current {
-			fmt.Fprintf(tw, "  halted\tat %s, version %d: %s\n", stamp(h.At), h.Version, h.Reason)
-		} else {
-			fmt.Fprintf(tw, "  last halt\tat %s, version %d (ran again since): %s\n", stamp(h.At), h.Version, h.Reason)
+		label, class := "halted", ""
+		if !h.Current {
+			label = "last halt"
+		}
+		if h.Class != "" {
+			class = " (" + h.Class + ")"
+		}
+		fmt.Fprintf(tw, "  %s\tat %s, version %d%s: %s\n", label, stamp(h.At), h.Version, class, h.Reason)
+		if !h.Current {
+			fmt.Fprintf(tw, "  \tthe table committed again since (version %d)\n", t.Version)
 		}
 	}
 	fmt.Fprintf(tw, "  version\t%d\n", t.Version)

@@ -102,6 +102,8 @@ type Table struct {
 
 // Halt is a recorded halt of the table by the engine.
 type Halt struct {
+	// Class is the short class of the halt (as the halted metric's label).
+	Class  string    `json:"class,omitempty"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 	// Version is the table version when the engine halted.
@@ -307,7 +309,7 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 	if ok && st.Halted {
 		// A commit after the halt means an engine applied to the table
 		// again; the state file is then history, not the current state.
-		h := &Halt{Reason: st.Reason, At: st.At.UTC(), Version: st.Version, Current: snap.Version <= st.Version}
+		h := &Halt{Class: st.Class, Reason: st.Reason, At: st.At.UTC(), Version: st.Version, Current: snap.Version <= st.Version}
 		t.Halt = h
 		if h.Current {
 			t.State = "halted"

@@ -136,7 +136,7 @@ func statusFixture(t *testing.T) (cfgPath, root string, ends map[checkpoint.Topi
 			statusChange(l, "customers", 0, 1, 11, 2, false, "silver", statusT0.Add(-30*time.Second)),
 		}}
 	})
-	if err := apply.WriteState(ctx, storage.NewLocal(custDir), apply.TableState{Halted: true, Version: 0, At: statusT0.Add(-10 * time.Second),
+	if err := apply.WriteState(ctx, storage.NewLocal(custDir), apply.TableState{Halted: true, Class: "schema", Version: 0, At: statusT0.Add(-10 * time.Second),
 		Reason: "table customers: column status changed from string to int and schema_policy is strict"}); err != nil {
 		t.Fatal(err)
 	}
