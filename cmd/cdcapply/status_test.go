@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdcapply/cdcapply/apply"
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -211,5 +215,128 @@ func TestStatusGolden(t *testing.T) {
 			}
 			checkGolden(t, goldens, tc.golden, strings.ReplaceAll(out.String(), root, "$ROOT"))
 		})
+	}
+}
+
+// TestStatusFacts checks the report's key facts directly, so that a
+// golden regenerated carelessly cannot hide a wrong answer.
+func TestStatusFacts(t *testing.T) {
+	_, root, ends := statusFixture(t)
+	ctx := context.Background()
+	src := func(name string) status.Source {
+		return status.Source{Name: name, Store: storage.NewLocal(filepath.Join(root, name)), Pipeline: "p", Topics: []string{name}, MaxLateness: 168 * time.Hour}
+	}
+	rep, err := status.Gather(ctx, []status.Source{src("orders"), src("customers")}, status.Options{Now: func() time.Time { return statusT0 }, Offsets: fixedOffsets{ends: ends}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, customers := rep.Tables[0], rep.Tables[1]
+
+	// Issue 7: after a forced zero-hour vacuum the old versions are not
+	// readable, and a restore to one fails as status says.
+	for _, u := range orders.TimeTravel.Unreadable {
+		if u.MissingFiles == 0 {
+			t.Errorf("version %d unreadable without missing files: %+v", u.Version, u)
+		}
+	}
+	if len(orders.TimeTravel.Unreadable) != 3 || len(orders.TimeTravel.Readable) != 1 || orders.TimeTravel.Readable[0] != (status.VersionRange{From: 3, To: 4}) {
+		t.Errorf("time travel = %+v, want 0..2 unreadable, 3..4 readable", orders.TimeTravel)
+	}
+	if _, err := cli(t, "restore", "--table", filepath.Join(root, "orders"), "--to-version", "0"); !errors.Is(err, delta.ErrFilesMissing) {
+		t.Errorf("restore to vacuumed version 0: %v, want ErrFilesMissing", err)
+	}
+
+	// Behind on one partition only.
+	if !orders.LagKnown || orders.TotalLag != 5 || len(orders.Partitions) != 2 || *orders.Partitions[0].Lag != 0 || *orders.Partitions[1].Lag != 5 {
+		t.Errorf("orders lag = %d, partitions %+v", orders.TotalLag, orders.Partitions)
+	}
+	// Counts from the files: key 2's tombstone was purged; horizon 7 days back.
+	if orders.Rows.Live != 2 || orders.Rows.Tombstones != 0 || orders.Horizon == nil || !orders.Horizon.SourceTs.Equal(statusT0.Add(-168*time.Hour)) || orders.Horizon.PurgedRows != 1 {
+		t.Errorf("orders rows %+v horizon %+v", orders.Rows, orders.Horizon)
+	}
+	if orders.Freshness == nil || orders.Freshness.Seconds != 3600 {
+		t.Errorf("orders freshness = %+v, want 1h", orders.Freshness)
+	}
+	if customers.State != "halted" || customers.Halt == nil || !customers.Halt.Current || customers.TotalLag != 8 {
+		t.Errorf("customers = %+v", customers)
+	}
+
+	// A commit after the halt means the table ran again: the halt is
+	// history, the state is running.
+	statusApplyMore(t, filepath.Join(root, "customers"))
+	rep, err = status.Gather(ctx, []status.Source{src("customers")}, status.Options{Now: func() time.Time { return statusT0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Tables[0]; c.State != "running" || c.Halt == nil || c.Halt.Current || c.LagKnown || rep.Brokers != "not configured" {
+		t.Errorf("after a later commit: state %s halt %+v lagKnown %v brokers %s", c.State, c.Halt, c.LagKnown, rep.Brokers)
+	}
+}
+
+// statusApplyMore commits one more change to the customers table.
+func statusApplyMore(t *testing.T, dir string) {
+	t.Helper()
+	store := storage.NewLocal(dir)
+	tbl := delta.Open(store, delta.Clock(func() time.Time { return statusT0 }))
+	a := apply.NewTableApplier("customers", "p", tbl, func(l *apply.Layout) (apply.RowFiles, error) { return apply.NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	if err := a.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l := a.Layout()
+	c := statusChange(l, "customers", 0, 2, 12, 3, false, "bronze", statusT0)
+	tp := checkpoint.TopicPartition{Topic: "customers"}
+	if _, err := a.Apply(context.Background(), &apply.Batch{Changes: []*apply.Change{c}, Read: 1, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: 2, Next: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatusBrokers asks a real (in-process) Kafka for high watermarks,
+// including a partition the table never applied, then an unreachable
+// broker, which makes lag unknown instead of failing.
+func TestStatusBrokers(t *testing.T) {
+	_, root, _ := statusFixture(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	for p, n := range []int{3, 9, 4} {
+		for i := 0; i < n; i++ {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Partition: int32(p), Value: []byte("x")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, err := cli(t, "status", "--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ","), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep status.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0: next 3 of 3; partition 1: next 2 of 9; partition 2:
+	// never applied, 4 records.
+	tb := rep.Tables[0]
+	if rep.Brokers != "reachable" || !tb.LagKnown || tb.TotalLag != 11 || len(tb.Partitions) != 3 || tb.Partitions[2].HasPosition || *tb.Partitions[2].Lag != 4 {
+		t.Fatalf("brokers %s table %+v", rep.Brokers, tb)
+	}
+
+	start := time.Now()
+	out, err = cli(t, "status", "--table", filepath.Join(root, "orders"), "--brokers", "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "brokers unreachable") || !strings.Contains(out, "unknown") {
+		t.Errorf("status with a down broker:\n%s", out)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("status with a down broker took %s", d)
 	}
 }
