@@ -69,14 +69,13 @@ func writeTable(b *strings.Builder, t Table) {
 	}
 	fmt.Fprintf(tw, "  version\t%d\n", t.Version)
 	if c := t.LastCommit; c != nil {
-		line := fmt.Sprintf("%s %s", stamp(c.Time), c.Operation)
-		if c.Time.IsZero() {
-			line = "(commit file cleaned up)"
-		}
-		if c.RecordsRead >= 0 {
-			line += fmt.Sprintf(", %d records read", c.RecordsRead)
-		}
-		fmt.Fprintf(tw, "  last commit\t%s\n", line)
+		fmt.Fprintf(tw, "  last commit\t%s\n", commitText(c))
+	}
+	switch c := t.LastStreamCommit; {
+	case c == nil:
+		fmt.Fprintf(tw, "  last stream commit\tnone among versions %d..%d\n", t.TimeTravel.From, t.TimeTravel.To)
+	case t.LastCommit == nil || c.Version != t.LastCommit.Version:
+		fmt.Fprintf(tw, "  last stream commit\t%s\n", commitText(c))
 	}
 	fmt.Fprintf(tw, "  freshness\t%s\n", freshText(t))
 	if f := t.Freshness; f != nil {
@@ -115,6 +114,17 @@ func writeTable(b *strings.Builder, t Table) {
 		fmt.Fprintf(pw, "  %s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, p.Topic, p.Partition, next, hw, lag)
 	}
 	pw.Flush()
+}
+
+func commitText(c *Commit) string {
+	if c.Time.IsZero() {
+		return fmt.Sprintf("version %d (commit file cleaned up)", c.Version)
+	}
+	line := fmt.Sprintf("version %d at %s, %s", c.Version, stamp(c.Time), c.Operation)
+	if c.RecordsRead >= 0 {
+		line += fmt.Sprintf(", %d records read", c.RecordsRead)
+	}
+	return line
 }
 
 func lagText(t Table) string {

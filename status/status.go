@@ -84,9 +84,13 @@ type Table struct {
 	Halt  *Halt  `json:"halt,omitempty"`
 	Error string `json:"error,omitempty"`
 
-	Version    int64       `json:"version"`
-	LastCommit *Commit     `json:"last_commit,omitempty"`
-	Partitions []Partition `json:"partitions"`
+	Version    int64   `json:"version"`
+	LastCommit *Commit `json:"last_commit,omitempty"`
+	// LastStreamCommit is the newest commit that moved a Kafka position
+	// (maintenance such as vacuum or optimize commits after it); nil when
+	// none is among the versions checked for time travel.
+	LastStreamCommit *Commit     `json:"last_stream_commit,omitempty"`
+	Partitions       []Partition `json:"partitions"`
 	// LagKnown is false when the brokers could not be asked; TotalLag
 	// then is 0 and meaningless.
 	LagKnown bool  `json:"lag_known"`
@@ -316,7 +320,7 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 		}
 	}
 
-	if t.LastCommit, err = lastCommit(ctx, tbl, snap.Version); err != nil {
+	if t.LastCommit, t.LastStreamCommit, err = lastCommits(ctx, tbl, snap.Version, opts.Versions); err != nil {
 		return err
 	}
 
@@ -356,16 +360,39 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 	return err
 }
 
-// lastCommit reads the commitInfo of version v.
-func lastCommit(ctx context.Context, tbl *delta.Table, v int64) (*Commit, error) {
-	actions, err := tbl.ReadCommit(ctx, v)
-	if errors.Is(err, storage.ErrNotExist) {
-		// Log cleanup may have left only a checkpoint for this version.
-		return &Commit{Version: v, RecordsRead: -1}, nil
+// lastCommits reads the commitInfo of version latest, and walks back at
+// most n versions to the newest commit holding a cdcapply txn action (a
+// stream commit).
+func lastCommits(ctx context.Context, tbl *delta.Table, latest int64, n int) (last, stream *Commit, err error) {
+	for v := latest; v >= 0 && v > latest-int64(n); v-- {
+		actions, err := tbl.ReadCommit(ctx, v)
+		if errors.Is(err, storage.ErrNotExist) {
+			// Log cleanup left only a checkpoint for this version.
+			if last == nil {
+				last = &Commit{Version: v, RecordsRead: -1}
+			}
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read commit %d: %w", v, err)
+		}
+		c := commitOf(v, actions)
+		if last == nil {
+			last = c
+		}
+		for _, a := range actions {
+			if a.Txn != nil {
+				if _, _, ok := checkpoint.ParseAppID(a.Txn.AppID); ok {
+					return last, c, nil
+				}
+			}
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read last commit: %w", err)
-	}
+	return last, nil, nil
+}
+
+// commitOf describes version v from its actions' commitInfo.
+func commitOf(v int64, actions []delta.Action) *Commit {
 	c := &Commit{Version: v, RecordsRead: -1}
 	for _, a := range actions {
 		ci := a.CommitInfo
@@ -382,7 +409,7 @@ func lastCommit(ctx context.Context, tbl *delta.Table, v int64) (*Commit, error)
 		}
 		break
 	}
-	return c, nil
+	return c
 }
 
 // number reads a count from operationParameters, where writers store

@@ -254,6 +254,10 @@ func TestStatusFacts(t *testing.T) {
 	if orders.Rows.Live != 2 || orders.Rows.Tombstones != 0 || orders.Horizon == nil || !orders.Horizon.SourceTs.Equal(statusT0.Add(-168*time.Hour)) || orders.Horizon.PurgedRows != 1 {
 		t.Errorf("orders rows %+v horizon %+v", orders.Rows, orders.Horizon)
 	}
+	// The vacuum and purge commits came after the last stream commit.
+	if c := orders.LastStreamCommit; c == nil || c.Version != 2 || c.Operation != "MERGE" || c.RecordsRead != 1 || orders.LastCommit.Operation != "VACUUM END" {
+		t.Errorf("last commit %+v, last stream commit %+v", orders.LastCommit, orders.LastStreamCommit)
+	}
 	if orders.Freshness == nil || orders.Freshness.Seconds != 3600 {
 		t.Errorf("orders freshness = %+v, want 1h", orders.Freshness)
 	}
