@@ -7,6 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cdcapply/cdcapply/apply"
 )
@@ -36,9 +42,22 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	e, err := apply.NewEngine(cfg, apply.Logger(log))
+	opts := []apply.EngineOption{apply.Logger(log)}
+	reg := prometheus.NewRegistry()
+	if cfg.Metrics.Address != "" {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		opts = append(opts, apply.WithMetrics(apply.NewMetrics(reg)))
+	}
+	e, err := apply.NewEngine(cfg, opts...)
 	if err != nil {
 		return err
+	}
+	if cfg.Metrics.Address != "" {
+		stop, err := serveHTTP(cfg.Metrics.Address, e.Handler(reg, cfg.Metrics.PProf), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	log.Info("starting", "pipeline", cfg.Pipeline.ID, "group", cfg.Kafka.Group, "tables", len(cfg.Tables))
 	if err := e.Run(ctx); err != nil {
@@ -93,4 +112,30 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stderr, "cdcapply config: unknown action %q (want validate or schema)\n", args[0])
 	return errUsage
+}
+
+// serveHTTP serves h on addr until the returned stop is called; stop
+// shuts the server down and waits for its goroutine.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			log.Warn("metrics server shutdown", "addr", addr, "err", err)
+		}
+		<-done
+	}, nil
 }
