@@ -265,6 +265,15 @@ func TestStatusFacts(t *testing.T) {
 		t.Errorf("customers = %+v", customers)
 	}
 
+	// A table not created yet is reported, not fatal to the others.
+	rep, err = status.Gather(ctx, []status.Source{src("missing"), src("orders")}, status.Options{Now: func() time.Time { return statusT0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := rep.Tables[0]; m.State != "unreadable" || !strings.Contains(m.Error, "no Delta table") || rep.Tables[1].State != "running" {
+		t.Errorf("missing table: %+v; next: %s", m, rep.Tables[1].State)
+	}
+
 	// A commit after the halt means the table ran again: the halt is
 	// history, the state is running.
 	statusApplyMore(t, filepath.Join(root, "customers"))
