@@ -294,3 +294,41 @@ func histogram(t *testing.T, g prometheus.Gatherer, name string, labels map[stri
 	t.Fatalf("no %s series with %v", name, labels)
 	return nil
 }
+
+// TestHeartbeatFreshnessNeedsNoLag: a heartbeat moves a table's freshness
+// only when none of its partitions is behind; changes always do.
+func TestHeartbeatFreshnessNeedsNoLag(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	p0 := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
+	p1 := checkpoint.TopicPartition{Topic: "orders", Partition: 1}
+	m.positioned("orders", p0, 0)
+	m.positioned("orders", p1, 0)
+	// The fetch shows partition 1 at watermark 5 and partition 0 at 3.
+	m.fetched(kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "orders", Partitions: []kgo.FetchPartition{
+		{Partition: 0, HighWatermark: 3}, {Partition: 1, HighWatermark: 5}}}}}})
+	commit := func(next int64, tp checkpoint.TopicPartition, newestMicro, heartbeatMs int64) {
+		m.committed(batchDone{table: "orders", batch: &Batch{Read: int(next), Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: 0, Next: next}}},
+			res: &Result{Version: 1}, newestMicro: newestMicro, heartbeatMs: heartbeatMs})
+	}
+	src := func() float64 { return testutil.ToFloat64(m.sourceTime.WithLabelValues("orders")) }
+	// Partition 0 applied to its end with a change at 10 s and a heartbeat
+	// at 20 s, but partition 1 is 5 behind: the heartbeat proves nothing.
+	commit(3, p0, 10_000_000, 20_000)
+	if got := src(); got != 10 {
+		t.Errorf("source time with partition 1 behind = %v, want the change's 10", got)
+	}
+	if got := testutil.ToFloat64(m.lag.WithLabelValues("orders", "orders", "1")); got != 5 {
+		t.Errorf("lag of partition 1 = %v, want 5", got)
+	}
+	// Partition 1 catches up in a batch that holds a heartbeat at 30 s.
+	commit(5, p1, 0, 30_000)
+	if got := src(); got != 30 {
+		t.Errorf("source time once caught up = %v, want the heartbeat's 30", got)
+	}
+	// An older change never moves freshness back.
+	commit(5, p1, 1_000_000, 0)
+	if got := src(); got != 30 {
+		t.Errorf("source time after an older change = %v, want 30", got)
+	}
+}
