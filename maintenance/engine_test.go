@@ -286,12 +286,15 @@ func TestPurgeRacingReviveThroughEngine(t *testing.T) {
 	if res.Attempts != 2 || res.Rows != 1 || strings.Join(res.Keys, " ") != "id=3" {
 		t.Fatalf("purge: attempts %d rows %d keys %v, want 2, 1, [id=3]", res.Attempts, res.Rows, res.Keys)
 	}
-	// The engine goes on after the purge (its next commit re-reads the
-	// table if it touched a purged file).
+	// The engine goes on after the purge (it re-reads the table the purge
+	// changed). Key 4 is new to the table and its source time (today) is
+	// older than the horizon this purge recorded (it ran "eight days from
+	// now"), so the engine cannot tell it from a purged key's late change:
+	// it is quarantined (late_beyond_purge_horizon), not inserted.
 	send(1, 40, "u", "a2")
 	send(4, 41, "c", "d")
 	waitNext(t, dir, next)
-	want := []string{"1 a2 false", "2 revived false", "4 d false"}
+	want := []string{"1 a2 false", "2 revived false"}
 	if got := rows(t, dir); !same(got, want) {
 		t.Fatalf("table %v, want %v", got, want)
 	}
