@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,5 +331,93 @@ func TestHeartbeatFreshnessNeedsNoLag(t *testing.T) {
 	commit(5, p1, 1_000_000, 0)
 	if got := src(); got != 30 {
 		t.Errorf("source time after an older change = %v, want 30", got)
+	}
+}
+
+// TestFencedBatchMetrics: another writer applies the engine's pending
+// batch first (a zombie's view); the engine's commit is fenced, counted in
+// cdcapply_commits_fenced_total, and its records are not counted as
+// applied by this instance (the other writer committed them).
+func TestFencedBatchMetrics(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	e, err := NewEngine(cfg, Logger(quietLogger()), WithMetrics(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// other is a second writer of the same table, never started.
+	other, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var steal atomic.Bool
+	// beforeApply runs on Run's goroutine, which owns the buffers.
+	e.beforeApply = func(string) {
+		if !steal.Swap(false) {
+			return
+		}
+		tr, o := e.tables[0], other.tables[0].applier
+		if err := o.Open(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		b := &Batch{Changes: tr.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
+		for tp, pb := range tr.buf.parts {
+			b.Ranges[tp] = pb.rng
+			b.Read += pb.read
+		}
+		if _, err := o.Apply(ctx, b); err != nil {
+			t.Error(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	table := dir + "/orders"
+	p.change(1, 10, "c", "a")
+	waitRecorded(t, m, table, "orders", p.ends)
+	steal.Store(true)
+	// Both records in one produce: one Kafka batch, so one poll and one
+	// engine batch, whatever the timing.
+	k2, v2 := dbzOrders(2, 11, "c", "b")
+	k3, v3 := dbzOrders(3, 12, "c", "c")
+	if err := pcl.ProduceSync(ctx, &kgo.Record{Topic: "orders", Key: k2, Value: v2}, &kgo.Record{Topic: "orders", Key: k3, Value: v3}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p.ends[0] += 2
+	waitPositions(t, table, "shop", "orders", p.ends)
+	waitFor(t, "fenced", func() bool { return testutil.ToFloat64(m.fenced.WithLabelValues("orders")) == 1 })
+	want := `
+# HELP cdcapply_commits_fenced_total Batches dropped because another writer advanced one of their partitions (commit conflicts).
+# TYPE cdcapply_commits_fenced_total counter
+cdcapply_commits_fenced_total{table="orders"} 1
+# HELP cdcapply_records_total Kafka records accounted for by committed batches, by outcome (applied, stale, skipped, quarantined); reason is set for quarantined records only.
+# TYPE cdcapply_records_total counter
+cdcapply_records_total{outcome="applied",reason="",table="orders"} 1
+cdcapply_records_total{outcome="skipped",reason="",table="orders"} 0
+cdcapply_records_total{outcome="stale",reason="",table="orders"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cdcapply_commits_fenced_total", "cdcapply_records_total", "cdcapply_commits_failed_total"); err != nil {
+		t.Error(err)
 	}
 }
