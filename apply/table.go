@@ -57,6 +57,12 @@ type TableApplier struct {
 	// evolved is set when the layout gained columns the table's schema
 	// lacks; the next commit carries the new schema.
 	evolved bool
+
+	// positions caches Positions for posSnap: the engine asks for every
+	// record it routes, and parsing every txn per record would be work
+	// done again and again on the hot path.
+	positions checkpoint.Positions
+	posSnap   *delta.Snapshot
 }
 
 // NewTableApplier opens the applier of a table; Open must be called before
@@ -101,8 +107,12 @@ func (a *TableApplier) Open(ctx context.Context) error {
 }
 
 // Positions returns the table's Kafka positions (next offset per partition).
+// The result is shared: callers must not modify it.
 func (a *TableApplier) Positions() checkpoint.Positions {
-	return checkpoint.Restore(a.snap, a.pipeline)
+	if a.positions == nil || a.posSnap != a.snap {
+		a.positions, a.posSnap = checkpoint.Restore(a.snap, a.pipeline), a.snap
+	}
+	return a.positions
 }
 
 // Layout returns the table's layout, nil before the table exists.
