@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
@@ -50,30 +49,12 @@ func (o ordersOracle) rows() []string {
 	return out
 }
 
-// readOrders reads the orders table with our own reader: "id status deleted".
+// readOrders reads the orders table with our own reader: "id status
+// deleted" per row, sorted (the rows of tableState).
 func readOrders(t *testing.T, dir string) []string {
 	t.Helper()
-	store := storage.NewLocal(dir)
-	a := NewTableApplier("orders", "shop", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
-	if err := a.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, add := range a.Snapshot().Files() {
-		rows, err := a.rf.ReadRows(context.Background(), add)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rows {
-			status := "<nil>"
-			if !r.Values[1].IsNull() {
-				status = r.Values[1].S
-			}
-			out = append(out, fmt.Sprintf("%d %s %v", r.Values[0].I, status, r.Deleted))
-		}
-	}
-	sort.Strings(out)
-	return out
+	rows, _ := tableState(t, storage.NewLocal(dir))
+	return rows
 }
 
 // startEngine runs an engine with group timeouts short enough for kfake
