@@ -14,7 +14,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +22,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/cdcapply/cdcapply/scripts/infra/schemaregistry/registry"
 )
 
 func main() {
@@ -36,7 +37,7 @@ func run() error {
 	addr := flag.String("listen", "127.0.0.1:18081", "address to listen on")
 	state := flag.String("state", "", "JSON file that keeps the registry's state across restarts (empty: memory only)")
 	flag.Parse()
-	reg, err := openRegistry(*state)
+	reg, err := registry.Open(*state)
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{Handler: reg.handler()}
+	srv := &http.Server{Handler: reg.Handler()}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
@@ -56,11 +57,4 @@ func run() error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
-}
-
-// writeJSON writes v with the registry's content type.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -1,4 +1,7 @@
-package main
+// Package registry is a small schema registry speaking the Confluent Schema
+// Registry REST API (see the schemaregistry command's doc for the scope).
+// It is importable so tests can serve it in-process with httptest.
+package registry
 
 import (
 	"bytes"
@@ -39,15 +42,18 @@ type persisted struct {
 	Config   map[string]string `json:"config"`   // subject ("" = global) -> compatibility level
 }
 
-type registry struct {
+// Registry is the registry's state and HTTP API.
+type Registry struct {
 	mu    sync.Mutex
 	path  string
 	st    persisted
 	byKey map[string]int // schemaType + "\x00" + normalized text -> id
 }
 
-func openRegistry(path string) (*registry, error) {
-	r := &registry{path: path, byKey: map[string]int{}}
+// Open loads the registry from the JSON state file at path (empty: memory
+// only; a missing file starts empty).
+func Open(path string) (*Registry, error) {
+	r := &Registry{path: path, byKey: map[string]int{}}
 	r.st.Subjects = map[string][]int{}
 	r.st.Config = map[string]string{"": "BACKWARD"}
 	if path != "" {
@@ -68,7 +74,7 @@ func openRegistry(path string) (*registry, error) {
 }
 
 // save writes the state file atomically; callers hold mu.
-func (r *registry) save() error {
+func (r *Registry) save() error {
 	if r.path == "" {
 		return nil
 	}
@@ -106,7 +112,8 @@ func apiError(w http.ResponseWriter, status, code int, msg string) {
 	writeJSON(w, status, map[string]any{"error_code": code, "message": msg})
 }
 
-func (r *registry) handler() http.Handler {
+// Handler serves the Confluent API.
+func (r *Registry) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]any{}) })
 	mux.HandleFunc("GET /schemas/types", func(w http.ResponseWriter, _ *http.Request) {
@@ -133,14 +140,14 @@ func (r *registry) handler() http.Handler {
 	return mux
 }
 
-func (r *registry) schemaByID(id int) (storedSchema, bool) {
+func (r *Registry) schemaByID(id int) (storedSchema, bool) {
 	if id < 1 || id > len(r.st.Schemas) {
 		return storedSchema{}, false
 	}
 	return r.st.Schemas[id-1], true
 }
 
-func (r *registry) getByID(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) getByID(w http.ResponseWriter, req *http.Request) {
 	id, err := strconv.Atoi(req.PathValue("id"))
 	r.mu.Lock()
 	s, ok := r.schemaByID(id)
@@ -164,7 +171,7 @@ func (r *registry) getByID(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, 200, out)
 }
 
-func (r *registry) subjectsOfID(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) subjectsOfID(w http.ResponseWriter, req *http.Request) {
 	id, err := strconv.Atoi(req.PathValue("id"))
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -193,7 +200,7 @@ func (r *registry) subjectsOfID(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, 200, subjects)
 }
 
-func (r *registry) sortedSubjects() []string {
+func (r *Registry) sortedSubjects() []string {
 	names := make([]string, 0, len(r.st.Subjects))
 	for n := range r.st.Subjects {
 		names = append(names, n)
@@ -202,7 +209,7 @@ func (r *registry) sortedSubjects() []string {
 	return names
 }
 
-func (r *registry) listSubjects(w http.ResponseWriter, _ *http.Request) {
+func (r *Registry) listSubjects(w http.ResponseWriter, _ *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	writeJSON(w, 200, r.sortedSubjects())
@@ -246,7 +253,7 @@ func decodeRegister(w http.ResponseWriter, req *http.Request) (registerRequest, 
 	return body, true
 }
 
-func (r *registry) register(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) register(w http.ResponseWriter, req *http.Request) {
 	body, ok := decodeRegister(w, req)
 	if !ok {
 		return
@@ -279,7 +286,7 @@ func (r *registry) register(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, 200, map[string]int{"id": id})
 }
 
-func (r *registry) versionBody(subject string, version, id int) map[string]any {
+func (r *Registry) versionBody(subject string, version, id int) map[string]any {
 	s, _ := r.schemaByID(id)
 	out := map[string]any{"subject": subject, "version": version, "id": id, "schema": s.Schema}
 	if s.SchemaType != "" {
@@ -291,7 +298,7 @@ func (r *registry) versionBody(subject string, version, id int) map[string]any {
 	return out
 }
 
-func (r *registry) lookup(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) lookup(w http.ResponseWriter, req *http.Request) {
 	body, ok := decodeRegister(w, req)
 	if !ok {
 		return
@@ -314,7 +321,7 @@ func (r *registry) lookup(w http.ResponseWriter, req *http.Request) {
 	apiError(w, 404, codeSchemaNotFound, "Schema not found")
 }
 
-func (r *registry) listVersions(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) listVersions(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -330,7 +337,7 @@ func (r *registry) listVersions(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, 200, vs)
 }
 
-func (r *registry) getVersion(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) getVersion(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -362,7 +369,7 @@ func (r *registry) getVersion(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, 200, body)
 }
 
-func (r *registry) deleteSubject(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) deleteSubject(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -388,7 +395,7 @@ var compatLevels = map[string]bool{
 	"FORWARD_TRANSITIVE": true, "FULL": true, "FULL_TRANSITIVE": true,
 }
 
-func (r *registry) getConfig(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) getConfig(w http.ResponseWriter, req *http.Request) {
 	subject := req.PathValue("subject")
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -405,7 +412,7 @@ func (r *registry) getConfig(w http.ResponseWriter, req *http.Request) {
 
 // putConfig records a compatibility level. The level is reported back but
 // not enforced: this registry accepts every valid schema.
-func (r *registry) putConfig(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) putConfig(w http.ResponseWriter, req *http.Request) {
 	var body struct {
 		Compatibility string `json:"compatibility"`
 	}
@@ -421,4 +428,11 @@ func (r *registry) putConfig(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	writeJSON(w, 200, map[string]string{"compatibility": body.Compatibility})
+}
+
+// writeJSON writes v with the registry's content type.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }

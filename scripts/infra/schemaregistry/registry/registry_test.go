@@ -1,4 +1,4 @@
-package main
+package registry
 
 import (
 	"context"
@@ -18,11 +18,11 @@ const recordB = `{"type":"record","name":"B","fields":[{"name":"y","type":"strin
 func TestConfluentClient(t *testing.T) {
 	ctx := context.Background()
 	state := filepath.Join(t.TempDir(), "state.json")
-	reg, err := openRegistry(state)
+	reg, err := Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(reg.handler())
+	srv := httptest.NewServer(reg.Handler())
 	defer srv.Close()
 	cl, err := sr.NewClient(sr.URLs(srv.URL))
 	if err != nil {
@@ -64,11 +64,11 @@ func TestConfluentClient(t *testing.T) {
 	}
 
 	// A restarted registry keeps every id.
-	reg2, err := openRegistry(state)
+	reg2, err := Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv2 := httptest.NewServer(reg2.handler())
+	srv2 := httptest.NewServer(reg2.Handler())
 	defer srv2.Close()
 	cl2, err := sr.NewClient(sr.URLs(srv2.URL))
 	if err != nil {
