@@ -43,6 +43,9 @@ type Engine struct {
 	// OnCommit, when set, is called after every table commit (tests,
 	// progress display). It runs on Run's goroutine.
 	OnCommit func(table string, res *Result)
+	// OnBatch, when set, is called after every committed stream batch
+	// with its BatchReport (the bench harness). It runs on Run's goroutine.
+	OnBatch func(*BatchReport)
 
 	// beforeApply, when set, runs before each table commit; tests use it
 	// to pause an instance into a zombie.
@@ -634,6 +637,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	if e.beforeApply != nil {
 		e.beforeApply(t.cfg.Name)
 	}
+	rowsBefore := t.applier.rows()
 	res, err := t.applier.Apply(ctx, b)
 	if err != nil {
 		e.metrics.commitFailedFor(t.cfg.Name, errors.Is(err, ErrFenced))
@@ -645,6 +649,9 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 		}
 		e.resync(ctx, t)
 		return false
+	}
+	if e.OnBatch != nil {
+		e.OnBatch(t.batchReport(b, res, rowsBefore, refreshed, quarantined))
 	}
 	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
