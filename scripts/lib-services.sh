@@ -116,3 +116,27 @@ port_open() {
 java_bin() {
   if [[ -n "${JAVA_HOME:-}" ]]; then printf '%s/bin/java' "$JAVA_HOME"; else command -v java; fi
 }
+
+# topics_contain DUMP_BIN BOOTSTRAP TOPIC_REGEX TEXT: true when a record of
+# the matching topics holds TEXT in its value (plain UTF-8 in both JSON and
+# Avro encodings). DUMP_BIN is scripts/infra/dump built by the caller; it
+# reads each topic from its start to the end offsets seen when it starts.
+topics_contain() {
+  local dump="$1" brokers="$2" re="$3" text="$4" tmp rc=0
+  tmp="$(mktemp -d "$CDC_RUN/probe.XXXXXX")"
+  "$dump" -brokers "$brokers" -out "$tmp" -exclude '^$' -topics "$re" -timeout 20s >/dev/null 2>&1 || rc=1
+  if ((rc == 0)); then
+    python3 - "$tmp" "$text" <<'PY' || rc=1
+import base64, glob, json, sys
+want = sys.argv[2].encode()
+for f in glob.glob(sys.argv[1] + "/*.jsonl"):
+    for line in open(f):
+        v = json.loads(line)["value_b64"]
+        if v and want in base64.b64decode(v):
+            sys.exit(0)
+sys.exit(1)
+PY
+  fi
+  rm -rf "$tmp"
+  return "$rc"
+}

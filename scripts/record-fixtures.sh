@@ -298,16 +298,7 @@ main() {
 
 # marker_seen TOPIC: the topic holds a record whose value contains the
 # workload's end marker (plain UTF-8 in both JSON and Avro encodings).
-marker_seen() {
-  local tmp="$CDC_RUN/marker"
-  rm -rf "$tmp"
-  "$CDC_CACHE/bin/dump" -brokers "$KAFKA_BOOTSTRAP" -out "$tmp" -exclude '^$' -topics "^$1\$" -timeout 10s >/dev/null 2>&1 || return 1
-  python3 - "$tmp/$1.jsonl" <<'PY'
-import base64, json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-sys.exit(0 if any(b"workload done" in base64.b64decode(l["value_b64"] or "") for l in lines) else 1)
-PY
-}
+marker_seen() { topics_contain "$CDC_CACHE/bin/dump" "$KAFKA_BOOTSTRAP" "^$1\$" "workload done"; }
 
 # write_manifest RUN DIR POSTGIS: what produced the fixtures, so a reader
 # knows the versions and the exact connector configuration.
