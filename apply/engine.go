@@ -56,6 +56,10 @@ type Engine struct {
 
 	metrics *Metrics  // nil: no metrics
 	ready   readiness // /readyz: assignment and positions
+
+	// registry is the pipeline's one schema registry client (nil: no Avro
+	// table); it caches schemas by id for every table's decoder.
+	registry debezium.Registry
 }
 
 // EngineOption configures an Engine.
@@ -85,6 +89,13 @@ type tableRun struct {
 	// advanced by another instance, so the applier reloads before use.
 	reopen atomic.Bool
 	halted error
+
+	// A registry outage holds the table: its buffer is dropped, its
+	// partitions paused, records routed to it ignored until holdUntil,
+	// when it is re-seeked to its positions and resumed (see holdTable).
+	holdUntil    time.Time
+	holdFailures int                // consecutive holds without a commit
+	holdPaused   map[string][]int32 // partitions paused by the hold
 
 	buf tableBuffer
 }
@@ -123,6 +134,13 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 	for _, o := range opts {
 		o(e)
 	}
+	if needsRegistry(cfg) {
+		reg, err := newRegistry(cfg.SchemaRegistry)
+		if err != nil {
+			return nil, err
+		}
+		e.registry = reg
+	}
 	for _, tc := range cfg.Tables {
 		t, err := e.newTableRun(tc)
 		if err != nil {
@@ -144,7 +162,7 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 		}
 		t.pattern = re
 	}
-	dopts, err := decoderOptions(tc)
+	dopts, err := decoderOptions(tc, e.registry)
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", tc.Name, err)
 	}
@@ -158,13 +176,24 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	return t, nil
 }
 
-func decoderOptions(tc TableConfig) ([]debezium.Option, error) {
+func decoderOptions(tc TableConfig, reg debezium.Registry) ([]debezium.Option, error) {
 	var opts []debezium.Option
 	switch tc.Format {
 	case "json", "json-noschema":
 		opts = append(opts, debezium.ValueFormat(debezium.FormatJSON), debezium.EnvelopeShape(debezium.EnvelopeDebezium))
 	case "flat-json":
 		opts = append(opts, debezium.ValueFormat(debezium.FormatJSON), debezium.EnvelopeShape(debezium.EnvelopeFlattened))
+	case "avro", "flat-avro":
+		// Keys and values both in the Confluent wire format (the
+		// AvroConverter, or any converter writing it, on both sides).
+		if reg == nil {
+			return nil, fmt.Errorf("format %q needs schema_registry", tc.Format)
+		}
+		env := debezium.EnvelopeDebezium
+		if tc.Format == "flat-avro" {
+			env = debezium.EnvelopeFlattened
+		}
+		opts = append(opts, debezium.ValueFormat(debezium.FormatAvro), debezium.EnvelopeShape(env), debezium.SchemaRegistry(reg))
 	default:
 		return nil, fmt.Errorf("format %q is not supported by the engine yet", tc.Format)
 	}
@@ -294,6 +323,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			if t.halted == nil && e.due(t, now) {
 				e.flush(ctx, t)
 			}
+			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
+				e.releaseTable(ctx, t)
+			}
 		}
 		cl.AllowRebalance()
 	}
@@ -314,6 +346,9 @@ func (e *Engine) pollWait() time.Duration {
 	wait := time.Second
 	now := e.clock()
 	for _, t := range e.tables {
+		if !t.holdUntil.IsZero() && t.holdUntil.Sub(now) < wait {
+			wait = t.holdUntil.Sub(now)
+		}
 		if t.buf.empty() {
 			continue
 		}
@@ -387,8 +422,8 @@ func (e *Engine) Halted() map[string]error {
 // route decodes one record into its table's pending batch.
 func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	t := e.tableFor(r.Topic)
-	if t == nil || t.halted != nil {
-		return
+	if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
+		return // held: re-read from the table's positions on release
 	}
 	if t.reopen.Swap(false) {
 		if err := t.applier.Open(ctx); err != nil {
@@ -423,11 +458,11 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	ch, err := t.decoder.Decode(ctx, &rec)
 	if err != nil {
 		var rej *debezium.Rejection
-		if !errors.As(err, &rej) {
-			// Not the record's fault (a registry outage): apply nothing of
-			// this table, go back to the table's positions and retry.
-			e.log.Warn("decode failed, retrying from the table's positions", "table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-			e.resync(ctx, t)
+		if !errors.As(err, &rej) || rej.Retryable() {
+			// Not the record's fault (the schema registry could not be
+			// asked): never quarantine or skip it. Apply nothing of this
+			// table, hold it and retry from its positions after a back-off.
+			e.holdTable(ctx, t, r, err)
 			return
 		}
 		e.reject(t, pb, &rec, string(rej.Reason), rej.Error())
@@ -659,6 +694,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	e.commitGroupOffsets(ctx, b.Ranges)
 	e.recordCommit(t, b, res, refreshed, quarantined)
 	t.buf.reset()
+	t.holdFailures = 0
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -55,7 +56,9 @@ func NewSchemaRegistryClient(cfg RegistryConfig) (*SchemaRegistryClient, error) 
 		opts = append(opts, sr.BearerToken(cfg.BearerToken))
 	}
 	if cfg.TLS != nil {
-		opts = append(opts, sr.HTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: cfg.TLS}}))
+		// The same request timeout as sr's default client: a hung registry
+		// must surface as an error (retried by the engine), not a stall.
+		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg.TLS}}))
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
