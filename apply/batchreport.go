@@ -1,6 +1,10 @@
 package apply
 
-import "time"
+import (
+	"time"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+)
 
 // BatchReport describes one committed batch for the bench harness
 // (`cdcapply bench`): what it held, how big the table was before it, where
@@ -15,6 +19,9 @@ type BatchReport struct {
 	// records of the table's partitions); Changes the decoded changes
 	// handed to the applier.
 	Read, Skipped, Quarantined, Changes int
+	// Ranges are the offsets the batch covered per partition (its commit
+	// made each partition's position Range.Next). Not modified afterwards.
+	Ranges map[checkpoint.TopicPartition]checkpoint.Range
 	// RowsBefore is the rows (live and tombstones) the table held before
 	// the batch: the size of the key index.
 	RowsBefore int
@@ -43,6 +50,7 @@ func (t *tableRun) batchReport(b *Batch, res *Result, rowsBefore int, refresh, q
 	r := &BatchReport{
 		Table: t.cfg.Name, Version: res.Version, Result: res,
 		Read: b.Read, Skipped: b.Skipped, Quarantined: b.Quarantined, Changes: len(b.Changes),
+		Ranges:       b.Ranges,
 		RowsBefore:   rowsBefore,
 		SourceMicros: make([]int64, len(b.Changes)),
 		Decode:       t.buf.decode, Refresh: refresh, Quarantine: quarantine,

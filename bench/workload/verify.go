@@ -202,7 +202,7 @@ func verifyFile(ctx context.Context, store storage.Storage, layout datafile.Layo
 		return err
 	}
 	ids, ok1 := cols[0].(*array.Int64)
-	seqs, ok2 := seqCol.(*array.String)
+	seqs, ok2 := seqCol.(stringArray)
 	dels, ok3 := delCol.(*array.Boolean)
 	if !ok1 || !ok2 || !ok3 {
 		return fmt.Errorf("file %s: key, %s or %s has an unexpected type", add.Path, colSeq, colDeleted)
@@ -220,6 +220,20 @@ func verifyFile(ctx context.Context, store storage.Storage, layout datafile.Layo
 	return nil
 }
 
+// stringArray is any Arrow string column.
+type stringArray interface {
+	arrow.Array
+	Value(int) string
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
 // arrowValue reads one cell of the column types the workload generates.
 func arrowValue(a arrow.Array, r int) (schema.Value, error) {
 	if a.IsNull(r) {
@@ -232,11 +246,15 @@ func arrowValue(a arrow.Array, r int) (schema.Value, error) {
 		return schema.Int(a.Value(r)), nil
 	case *array.Boolean:
 		return schema.Bool(a.Value(r)), nil
-	case *array.String:
+	case stringArray: // String, LargeString, StringView: other writers (the bench peers) use them
 		return schema.String(a.Value(r)), nil
 	case *array.Timestamp:
-		unit := a.DataType().(*arrow.TimestampType).Unit
-		return schema.Int(int64(a.Value(r)) * int64(unit.Multiplier()/arrow.Microsecond.Multiplier())), nil
+		// Microseconds whatever the unit (Spark's INT96 reads as nanoseconds).
+		v, m := int64(a.Value(r)), int64(a.DataType().(*arrow.TimestampType).Unit.Multiplier())
+		if um := int64(arrow.Microsecond.Multiplier()); m < um {
+			return schema.Int(floorDiv(v, um/m)), nil
+		}
+		return schema.Int(v * (m / int64(arrow.Microsecond.Multiplier()))), nil
 	case *array.Decimal128:
 		d := a.Value(r)
 		return schema.Value{Kind: schema.KindDecimal, I: int64(d.LowBits()), Hi: d.HighBits(),

@@ -49,6 +49,7 @@ func subcommands() []subcommand {
 	return append([]subcommand{
 		{"demo", "run the whole pipeline on embedded defaults (in-process Kafka, tables under ./cdcapply-demo) and check the result against an oracle", runStreamDemo},
 		{"delta-demo", "write a local Delta table through the Delta core alone and read it back", runDemo},
+		{"bench", "end-to-end benchmark: generated workload through Kafka and the engine, verified against the oracle (bench/README.md)", runBench},
 	}, append(engineSubcommands(), opsSubcommands()...)...)
 }
 

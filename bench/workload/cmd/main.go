@@ -10,8 +10,8 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	batch := fs.Int("batch", 10_000, "produce: records per synchronous produce")
 	tableDir := fs.String("table", "", "verify: the Delta table's directory")
 	deltaRS := fs.Bool("deltars", false, "verify: also read the table with delta-rs")
+	tableOnly := fs.Bool("table-only", false, "dump: only the table's topic (no heartbeats), as bench/peers read it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	case "verify":
 		return verify(ctx, cfg, *tableDir, *deltaRS, out)
 	case "dump":
-		return dump(cfg, out)
+		return dump(cfg, *tableOnly, out)
 	}
 	return fmt.Errorf("unknown command %q: want produce, verify or dump", cmd)
 }
@@ -176,27 +177,27 @@ func verify(ctx context.Context, cfg workload.Config, dir string, withDeltaRS bo
 
 // dump writes the records as JSON lines in the form of the recorded
 // fixtures (debezium/testdata/real): topic, partition, offset, timestamp,
-// key and value in base64.
-func dump(cfg workload.Config, out io.Writer) error {
+// key and value in base64 (workload.AppendJSONLine). tableOnly leaves out
+// records of other topics (heartbeats), as the bench peers' input does.
+func dump(cfg workload.Config, tableOnly bool, out io.Writer) error {
 	g, err := workload.New(cfg)
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(out)
-	b64 := func(b []byte) *string {
-		if b == nil {
-			return nil
-		}
-		s := base64.StdEncoding.EncodeToString(b)
-		return &s
-	}
+	w := bufio.NewWriterSize(out, 1<<20)
 	var ev workload.Event
+	var line []byte
 	for g.Next(&ev) {
-		r := ev.Record
-		if err := enc.Encode(map[string]any{"topic": r.Topic, "partition": r.Partition, "offset": r.Offset,
-			"timestamp": r.Timestamp.UnixMilli(), "key_b64": b64(r.Key), "value_b64": b64(r.Value)}); err != nil {
+		if tableOnly && ev.Record.Topic != g.Topic() {
+			continue
+		}
+		line = workload.AppendJSONLine(line[:0], &ev.Record)
+		if _, err := w.Write(line); err != nil {
 			return fmt.Errorf("dump records: %w", err)
 		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("dump records: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,341 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cdcapply/cdcapply/apply"
+)
+
+// Job is what the engine side of a bench run is given: the pipeline file
+// and the table's topic. It travels as the first JSON line on the engine
+// process's stdin; the second line is the Ends, sent once the stream is
+// produced (at once for a preproduced stream).
+type Job struct {
+	ConfigYAML string `json:"config_yaml"`
+	ConfigPath string `json:"config_path"`
+	Topic      string `json:"topic"`
+	// Sample is how often RSS and the Go heap are sampled.
+	Sample time.Duration `json:"sample"`
+}
+
+// Ends are the offsets one past the last record of each partition of the
+// table's topic: the engine side stops once the table's positions reach
+// them.
+type Ends struct {
+	Ends map[int32]int64 `json:"ends"`
+}
+
+// BatchStat is one committed batch as the harness reports it.
+type BatchStat struct {
+	// At is the commit time, milliseconds since the engine started.
+	At         float64 `json:"at_ms"`
+	Version    int64   `json:"version"`
+	Records    int     `json:"records"`
+	Changes    int     `json:"changes"`
+	RowsBefore int     `json:"rows_before"`
+	Inserted   int     `json:"inserted"`
+	Updated    int     `json:"updated"`
+	Deleted    int     `json:"deleted"`
+	Revived    int     `json:"revived"`
+	Stale      int     `json:"stale"`
+	FilesAdd   int     `json:"files_added"`
+	FilesDel   int     `json:"files_removed"`
+	// Stage durations in milliseconds: decode (while buffering), refresh,
+	// plan (reduce, plan, data files written), commit (the Delta log).
+	DecodeMs  float64 `json:"decode_ms"`
+	RefreshMs float64 `json:"refresh_ms"`
+	PlanMs    float64 `json:"plan_ms"`
+	CommitMs  float64 `json:"commit_ms"`
+	// Fresh* are the batch's change freshness quantiles (source commit time
+	// to this commit), milliseconds.
+	FreshP50 float64 `json:"fresh_p50_ms"`
+	FreshP99 float64 `json:"fresh_p99_ms"`
+	FreshMax float64 `json:"fresh_max_ms"`
+}
+
+// Sample is one memory reading of the engine process.
+type Sample struct {
+	At        float64 `json:"at_ms"`
+	RSS       int64   `json:"rss"`
+	HeapInUse int64   `json:"heap_inuse"`
+}
+
+// EngineResult is what the engine side reports back.
+type EngineResult struct {
+	// InProcess is true when the engine ran inside the harness's own
+	// process: its RSS then includes the broker, generator and oracle.
+	InProcess bool    `json:"in_process"`
+	PID       int     `json:"pid"`
+	Started   int64   `json:"started_unix_ms"`
+	FirstAt   float64 `json:"first_record_ms"` // first record of the first batch arrived
+	DoneAt    float64 `json:"done_ms"`         // last commit
+	Records   int64   `json:"records"`
+	Changes   int64   `json:"changes"`
+	Batches   []BatchStat
+	Samples   []Sample
+	// Freshness over every change of the run, milliseconds.
+	FreshP50  float64 `json:"fresh_p50_ms"`
+	FreshP99  float64 `json:"fresh_p99_ms"`
+	FreshP999 float64 `json:"fresh_p999_ms"`
+	FreshMax  float64 `json:"fresh_max_ms"`
+	FreshMean float64 `json:"fresh_mean_ms"`
+	// PeakRSS is VmHWM of the process at the end; PeakHeapInUse the largest
+	// sampled Go heap in use; HeapSys the Go heap reserved at the end.
+	PeakRSS       int64   `json:"peak_rss"`
+	PeakHeapInUse int64   `json:"peak_heap_inuse"`
+	HeapSys       int64   `json:"heap_sys"`
+	TotalAlloc    int64   `json:"total_alloc"`
+	NumGC         int64   `json:"num_gc"`
+	CPUUser       float64 `json:"cpu_user_s"`
+	CPUSys        float64 `json:"cpu_sys_s"`
+	Error         string  `json:"error,omitempty"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// RunEngine runs the real apply engine on job until the table's positions
+// reach the ends received on ends, and measures it. ready is called once
+// the engine is running (the stream may then be produced).
+func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inProcess bool) (*EngineResult, error) {
+	cfg, err := apply.ParseConfig(job.ConfigPath, []byte(job.ConfigYAML))
+	if err != nil {
+		return nil, err
+	}
+	e, err := apply.NewEngine(cfg, apply.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return nil, err
+	}
+	if job.Sample <= 0 {
+		job.Sample = 250 * time.Millisecond
+	}
+	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
+	start := time.Now()
+	res.Started = start.UnixMilli()
+	res.FirstAt = -1
+
+	// The hook runs on the engine's goroutine: it only hands the report
+	// to the collector, which does the sorting and bookkeeping.
+	reports := make(chan *apply.BatchReport, 1024)
+	e.OnBatch = func(r *apply.BatchReport) { reports <- r }
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- e.Run(runCtx) }()
+
+	var mu sync.Mutex // guards res.Samples and peak heap against the sampler
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		tick := time.NewTicker(job.Sample)
+		defer tick.Stop()
+		for {
+			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS"), HeapInUse: heapInUse()}
+			mu.Lock()
+			res.Samples = append(res.Samples, s)
+			res.PeakHeapInUse = max(res.PeakHeapInUse, s.HeapInUse)
+			mu.Unlock()
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	if ready != nil {
+		ready()
+	}
+
+	all := newHist()
+	next := map[int32]int64{}
+	var want map[int32]int64
+	var fresh []int64
+	done := func() bool {
+		if want == nil {
+			return false
+		}
+		for p, end := range want {
+			if next[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	halted := time.NewTicker(time.Second)
+	defer halted.Stop()
+	var failure error
+loop:
+	for !done() {
+		select {
+		case r := <-reports:
+			committed := r.Committed
+			if res.FirstAt < 0 || ms(r.Started.Sub(start)) < res.FirstAt {
+				res.FirstAt = ms(r.Started.Sub(start))
+			}
+			fresh = fresh[:0]
+			for _, us := range r.SourceMicros {
+				f := committed.UnixMicro() - us
+				fresh = append(fresh, f)
+				all.add(f)
+			}
+			slices.Sort(fresh)
+			q := func(x float64) float64 {
+				if len(fresh) == 0 {
+					return 0
+				}
+				return float64(fresh[min(len(fresh)-1, int(x*float64(len(fresh))))]) / 1000
+			}
+			c := r.Result.Counts
+			res.Batches = append(res.Batches, BatchStat{
+				At: ms(committed.Sub(start)), Version: r.Version, Records: r.Read, Changes: r.Changes,
+				RowsBefore: r.RowsBefore, Inserted: c.Insert, Updated: c.Update, Deleted: c.Delete, Revived: c.Revive,
+				Stale: c.StaleRecords, FilesAdd: r.Result.Files.Added, FilesDel: r.Result.Files.Removed,
+				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit),
+				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1),
+			})
+			res.Records += int64(r.Read)
+			res.Changes += int64(r.Changes)
+			res.DoneAt = ms(committed.Sub(start))
+			for tp, rng := range r.Ranges {
+				if tp.Topic == job.Topic {
+					next[tp.Partition] = max(next[tp.Partition], rng.Next)
+				}
+			}
+		case en := <-ends:
+			want = en.Ends
+			ends = nil
+		case err := <-runErr:
+			failure = fmt.Errorf("the engine stopped before applying the stream: %v", err)
+			runErr = nil
+			break loop
+		case <-halted.C:
+			if h := e.Halted(); len(h) > 0 {
+				failure = fmt.Errorf("a table halted: %v", h)
+				break loop
+			}
+		case <-ctx.Done():
+			failure = ctx.Err()
+			break loop
+		}
+	}
+	stop()
+	if runErr != nil {
+		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) && failure == nil {
+			failure = fmt.Errorf("engine: %w", err)
+		}
+	}
+	<-sampleDone
+
+	res.FreshP50, res.FreshP99 = ms(all.quantile(0.5)), ms(all.quantile(0.99))
+	res.FreshP999, res.FreshMax, res.FreshMean = ms(all.quantile(0.999)), float64(all.max)/1000, ms(all.mean())
+	res.PeakRSS = procStatus("VmHWM")
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	res.HeapSys, res.TotalAlloc, res.NumGC = int64(m.HeapSys), int64(m.TotalAlloc), int64(m.NumGC)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.CPUUser = time.Duration(ru.Utime.Nano()).Seconds()
+		res.CPUSys = time.Duration(ru.Stime.Nano()).Seconds()
+	}
+	if failure != nil {
+		res.Error = failure.Error()
+		return res, failure
+	}
+	return res, nil
+}
+
+// heapInUse reads the bytes of Go heap objects (live and not yet swept)
+// without stopping the world.
+func heapInUse() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
+// procStatus reads a "kB" field of /proc/self/status in bytes (0 where
+// there is no /proc).
+func procStatus(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			return n << 10
+		}
+	}
+	return 0
+}
+
+// ServeEngine is the engine process's side of the protocol: the Job as
+// the first JSON line of in, then the Ends as the second; it writes
+// {"ready":true} once the engine runs and the EngineResult as the last
+// line of out.
+func ServeEngine(ctx context.Context, in io.Reader, out io.Writer) error {
+	r := bufio.NewReaderSize(in, 1<<20)
+	var job Job
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("bench engine: read the job: %w", err)
+	}
+	if err := json.Unmarshal(line, &job); err != nil {
+		return fmt.Errorf("bench engine: read the job: %w", err)
+	}
+	ends := make(chan Ends, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			readErr <- fmt.Errorf("bench engine: read the ends: %w", err)
+			return
+		}
+		var en Ends
+		if err := json.Unmarshal(line, &en); err != nil {
+			readErr <- fmt.Errorf("bench engine: read the ends: %w", err)
+			return
+		}
+		ends <- en
+	}()
+	enc := json.NewEncoder(out)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case err := <-readErr:
+			fmt.Fprintln(os.Stderr, err)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := RunEngine(ctx, job, ends, func() { _ = enc.Encode(map[string]bool{"ready": true}) }, false)
+	if res == nil {
+		res = &EngineResult{Error: err.Error()}
+	}
+	if encErr := enc.Encode(res); encErr != nil {
+		return fmt.Errorf("bench engine: write the result: %w", encErr)
+	}
+	return err
+}

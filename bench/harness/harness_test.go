@@ -1,0 +1,172 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/bench/workload"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// smokeOptions is a run of seconds: 2k changes over 500 keys, small
+// batches so that the table is rewritten across several commits.
+func smokeOptions(t *testing.T) Options {
+	cfg := workload.Default()
+	cfg.Keys, cfg.SnapshotKeys, cfg.Events = 500, 250, 2000
+	cfg.Partitions = 2
+	return Options{Workload: cfg, Dir: t.TempDir(), MaxRecords: 400, MaxLatency: 100 * time.Millisecond,
+		DecodeSample: 500, DecodeTime: 10 * time.Millisecond, Timeout: 2 * time.Minute}
+}
+
+// TestSmoke runs the harness end to end (kfake, the real engine in
+// process) and checks that it verified the table and accounted for the
+// stream; no figure's value is asserted, only that it was derived.
+func TestSmoke(t *testing.T) {
+	o := smokeOptions(t)
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.OK || len(rep.Verify) != 1 || !rep.Verify[0].OK {
+		t.Fatalf("not verified: %+v", rep.Verify)
+	}
+	c := rep.Counts
+	if rep.Throughput.Records != c.TableRecords || rep.Throughput.Changes != c.ChangeRecords {
+		t.Errorf("engine read %d records / %d changes, stream has %d / %d", rep.Throughput.Records, rep.Throughput.Changes, c.TableRecords, c.ChangeRecords)
+	}
+	if rep.Throughput.Commits < 2 || len(rep.CostBySize) == 0 || len(rep.Series) == 0 {
+		t.Errorf("commits %d, cost buckets %d, series %d: want several commits and derived tables", rep.Throughput.Commits, len(rep.CostBySize), len(rep.Series))
+	}
+	oracle, err := workload.OracleFor(o.Workload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Table.LiveRows != oracle.Len() {
+		t.Errorf("live rows %d (from the log's stats), oracle rows %d", rep.Table.LiveRows, oracle.Len())
+	}
+	if rep.Table.RowsWritten < rep.Table.LiveRows || rep.Table.DataBytes < rep.Table.LiveBytes || rep.Table.WriteAmp < 1 {
+		t.Errorf("table figures inconsistent: %+v", rep.Table)
+	}
+	if rep.Decode.BothCores <= 0 || rep.Decode.OneCore <= 0 {
+		t.Errorf("decode-only not measured: %+v", rep.Decode)
+	}
+	if rep.Memory.PeakRSS <= 0 {
+		t.Errorf("no peak RSS")
+	}
+	// The verifier the harness relies on sees a wrong table: this one
+	// against another seed's oracle.
+	other := o.Workload
+	other.Seed++
+	wrong, err := workload.OracleFor(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff, err := workload.Verify(context.Background(), storage.NewLocal(filepath.Join(o.Dir, "orders")), wrong, 3); err != nil || diff.OK() {
+		t.Fatalf("table verified against the wrong oracle: %v %v", diff, err)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	if strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "events/s") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	svg := filepath.Join(o.Dir, "run.svg")
+	if err := rep.WriteSVG(svg); err != nil {
+		t.Fatal(err)
+	}
+	js := filepath.Join(o.Dir, "run.json")
+	if err := rep.WriteJSON(js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	data, _ := os.ReadFile(js)
+	if err := json.Unmarshal(data, &back); err != nil || !back.OK || back.Throughput == nil {
+		t.Fatalf("json report does not read back: %v", err)
+	}
+}
+
+// TestSmokeFreshness produces at a steady rate while the engine runs:
+// freshness is then measured from wall-clock source times.
+func TestSmokeFreshness(t *testing.T) {
+	o := smokeOptions(t)
+	o.Rate = 4000
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.OK || !rep.Freshness.WallClock {
+		t.Fatalf("not verified or not wall clock: %+v", rep.Freshness)
+	}
+	// Every change was committed after it was generated.
+	if rep.Freshness.P50 <= 0 || rep.Freshness.P99 < rep.Freshness.P50 || rep.Freshness.Max < rep.Freshness.P99 {
+		t.Errorf("freshness quantiles out of order: %+v", rep.Freshness)
+	}
+}
+
+// TestCorruptTableFails damages the engine's table (a commit removing one
+// of its data files) before verification: the harness must report
+// failure, with no figures.
+func TestCorruptTableFails(t *testing.T) {
+	o := smokeOptions(t)
+	o.Corrupt = removeOneFile
+	rep, err := Run(context.Background(), o)
+	if !errors.Is(err, ErrVerify) {
+		t.Fatalf("run of a corrupted table: err %v, want ErrVerify", err)
+	}
+	if rep == nil || rep.OK || rep.Throughput != nil || rep.Memory != nil {
+		t.Fatalf("a failed run must carry no figures: %+v", rep)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	if !strings.Contains(out.String(), "FAIL") || strings.Contains(out.String(), "events/s") {
+		t.Errorf("report of a failed run:\n%s", out.String())
+	}
+}
+
+// removeOneFile commits a remove of the table's first live data file, as a
+// buggy writer would: rows go missing.
+func removeOneFile(dir string) error {
+	ctx := context.Background()
+	snap, err := delta.Open(storage.NewLocal(dir)).Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	files := snap.Files()
+	if len(files) == 0 {
+		return errors.New("no data file to remove")
+	}
+	line, err := json.Marshal(map[string]any{"remove": map[string]any{
+		"path": files[0].Path, "deletionTimestamp": time.Now().UnixMilli(), "dataChange": true}})
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, "_delta_log", fmt.Sprintf("%020d.json", snap.Version+1))
+	return os.WriteFile(name, append(line, '\n'), 0o644)
+}
+
+func TestHistQuantiles(t *testing.T) {
+	h := newHist()
+	for i := int64(1); i <= 100_000; i++ {
+		h.add(i)
+	}
+	for _, c := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 50_000}, {0.99, 99_000}, {1, 100_000}} {
+		got := float64(h.quantile(c.q).Microseconds())
+		if got < c.want*0.99 || got > c.want*1.01 {
+			t.Errorf("quantile %v = %v µs, want %v ±1%%", c.q, got, c.want)
+		}
+	}
+	if newHist().quantile(0.5) != 0 {
+		t.Error("empty histogram")
+	}
+}

@@ -1,0 +1,479 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cdcapply/cdcapply/bench/workload"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// Report is everything a run measured; it is what -json writes.
+type Report struct {
+	OK       bool      `json:"ok"`
+	Failure  string    `json:"failure,omitempty"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Host     HostInfo  `json:"host"`
+	Options  OptionSummary
+	Broker   string          `json:"broker"`
+	Counts   workload.Counts `json:"counts"`
+	Produce  ProduceFigures  `json:"produce"`
+	Verify   []VerifyResult  `json:"verify"`
+
+	// The figures, present only when the table verified.
+	Throughput *ThroughputFigures `json:"throughput,omitempty"`
+	Freshness  *FreshnessFigures  `json:"freshness,omitempty"`
+	Memory     *MemoryFigures     `json:"memory,omitempty"`
+	Table      *TableFigures      `json:"table,omitempty"`
+	Decode     DecodeFigures      `json:"decode"`
+	// DecodeRatio is end-to-end events/s over decode-only (both cores).
+	DecodeRatio float64        `json:"e2e_over_decode_both_cores,omitempty"`
+	CostBySize  []CostBucket   `json:"cost_by_table_size,omitempty"`
+	Peers       []PeerResult   `json:"peers,omitempty"`
+	Engine      *EngineResult  `json:"engine,omitempty"`
+	Series      []SeriesPoint  `json:"series,omitempty"`
+	Extra       map[string]any `json:"extra,omitempty"`
+}
+
+// HostInfo describes the machine and its load when the run started.
+type HostInfo struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"go"`
+	LoadAvg   string `json:"loadavg"`
+	MemTotal  int64  `json:"mem_total"`
+}
+
+func hostInfo() HostInfo {
+	h := HostInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		h.LoadAvg = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			h.MemTotal = kb << 10
+		}
+	}
+	return h
+}
+
+// OptionSummary records the run's settings.
+type OptionSummary struct {
+	Workload      workload.Config `json:"workload"`
+	Rate          float64         `json:"rate"`
+	Compression   string          `json:"compression"`
+	MaxRecords    int             `json:"max_records,omitempty"`
+	MaxBytes      int64           `json:"max_bytes,omitempty"`
+	MaxLatency    string          `json:"max_latency,omitempty"`
+	WriteMode     string          `json:"write_mode,omitempty"`
+	EngineProcess bool            `json:"engine_process"`
+}
+
+func (o Options) summary() OptionSummary {
+	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
+		MaxBytes: o.MaxBytes, WriteMode: o.WriteMode, EngineProcess: len(o.EngineCommand) > 0}
+	if s.Compression == "" {
+		s.Compression = "lz4"
+	}
+	if o.MaxLatency > 0 {
+		s.MaxLatency = o.MaxLatency.String()
+	}
+	return s
+}
+
+// ProduceFigures describe producing the stream (not part of the engine's
+// figures).
+type ProduceFigures struct {
+	Records   int64   `json:"records"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"records_per_sec"`
+	Moved     int64   `json:"moved"`
+}
+
+// VerifyResult is one reader's comparison of the table with the oracle.
+type VerifyResult struct {
+	Reader string `json:"reader"`
+	OK     bool   `json:"ok"`
+	Diff   string `json:"diff"`
+}
+
+// ThroughputFigures: records are the Kafka records of the table's topic
+// the engine read (change records, copies, Kafka tombstones).
+type ThroughputFigures struct {
+	Records int64 `json:"records"`
+	Changes int64 `json:"changes"`
+	// Seconds runs from the first record's arrival to the last commit;
+	// EventsPerSec is Records over it. WithStartup counts from the engine's
+	// start (consumer group join, table open) instead.
+	Seconds                 float64 `json:"seconds"`
+	EventsPerSec            float64 `json:"events_per_sec"`
+	ChangesPerSec           float64 `json:"changes_per_sec"`
+	SecondsWithStartup      float64 `json:"seconds_with_startup"`
+	EventsPerSecWithStartup float64 `json:"events_per_sec_with_startup"`
+	Commits                 int     `json:"commits"`
+	CPUSeconds              float64 `json:"engine_cpu_seconds"`
+}
+
+// FreshnessFigures: source commit time of each change to the end of the
+// table commit that applied it.
+type FreshnessFigures struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+	// Meaningful only in rate mode (source times from the wall clock).
+	WallClock bool `json:"wall_clock"`
+}
+
+// MemoryFigures of the engine process.
+type MemoryFigures struct {
+	PeakRSS       int64 `json:"peak_rss"`
+	PeakHeapInUse int64 `json:"peak_heap_inuse"`
+	HeapSys       int64 `json:"heap_sys"`
+	// RSSFirstHalfMax and RSSSecondHalfMax are the largest RSS samples in
+	// each half of the run: a growing run shows a larger second half.
+	RSSFirstHalfMax  int64 `json:"rss_first_half_max"`
+	RSSSecondHalfMax int64 `json:"rss_second_half_max"`
+	Isolated         bool  `json:"isolated"`
+}
+
+// TableFigures are the bytes and rows written.
+type TableFigures struct {
+	Version       int64   `json:"version"`
+	DataBytes     int64   `json:"data_bytes_written"`
+	LogBytes      int64   `json:"log_bytes_written"`
+	LiveBytes     int64   `json:"live_bytes"`
+	LiveFiles     int     `json:"live_files"`
+	RowsWritten   int64   `json:"rows_written"`
+	LiveRows      int64   `json:"live_rows"`
+	ChangeRecords int64   `json:"change_records"`
+	WriteAmp      float64 `json:"write_amplification_bytes"`
+	RowsPerChange float64 `json:"rows_written_per_change"`
+}
+
+// CostBucket groups commits by the table's size before them.
+type CostBucket struct {
+	Label        string  `json:"label"`
+	Commits      int     `json:"commits"`
+	MeanRows     float64 `json:"mean_rows_before"`
+	MeanChanges  float64 `json:"mean_changes"`
+	MeanApplyMs  float64 `json:"mean_apply_ms"` // plan + commit
+	UsPerChange  float64 `json:"us_per_change"`
+	MeanRewrites float64 `json:"mean_files_rewritten"`
+}
+
+// SeriesPoint is one second of the run (by commit time).
+type SeriesPoint struct {
+	T            float64 `json:"t_s"`
+	EventsPerSec float64 `json:"events_per_sec"`
+	FreshP50     float64 `json:"fresh_p50_ms"`
+	FreshP99     float64 `json:"fresh_p99_ms"`
+	RSS          int64   `json:"rss"`
+}
+
+func (r *Report) fail(msg string) {
+	r.OK = false
+	r.Failure = msg
+	r.Throughput, r.Freshness, r.Memory, r.CostBySize, r.Series = nil, nil, nil, nil, nil
+}
+
+// compute derives the figures from the engine's result.
+func (r *Report) compute() {
+	e := r.Engine
+	if e == nil {
+		return
+	}
+	t := &ThroughputFigures{Records: e.Records, Changes: e.Changes, Commits: len(e.Batches),
+		Seconds: (e.DoneAt - e.FirstAt) / 1000, SecondsWithStartup: e.DoneAt / 1000, CPUSeconds: e.CPUUser + e.CPUSys}
+	if t.Seconds > 0 {
+		t.EventsPerSec = float64(t.Records) / t.Seconds
+		t.ChangesPerSec = float64(t.Changes) / t.Seconds
+	}
+	if t.SecondsWithStartup > 0 {
+		t.EventsPerSecWithStartup = float64(t.Records) / t.SecondsWithStartup
+	}
+	r.Throughput = t
+	r.Freshness = &FreshnessFigures{P50: e.FreshP50, P99: e.FreshP99, P999: e.FreshP999, Max: e.FreshMax, Mean: e.FreshMean,
+		WallClock: r.Options.Rate > 0}
+	m := &MemoryFigures{PeakRSS: e.PeakRSS, PeakHeapInUse: e.PeakHeapInUse, HeapSys: e.HeapSys, Isolated: !e.InProcess}
+	for _, s := range e.Samples {
+		if s.At < e.DoneAt/2 {
+			m.RSSFirstHalfMax = max(m.RSSFirstHalfMax, s.RSS)
+		} else {
+			m.RSSSecondHalfMax = max(m.RSSSecondHalfMax, s.RSS)
+		}
+	}
+	r.Memory = m
+	if r.Decode.BothCores > 0 {
+		r.DecodeRatio = t.EventsPerSec / r.Decode.BothCores
+	}
+	r.CostBySize = costBySize(e.Batches)
+	r.Series = series(e)
+}
+
+// costBySize groups commits by decade of the table's rows before them.
+func costBySize(bs []BatchStat) []CostBucket {
+	type acc struct {
+		n                         int
+		rows, changes, ms, rewrit float64
+	}
+	byDecade := map[int]*acc{}
+	for _, b := range bs {
+		d := 0
+		for x := b.RowsBefore; x >= 10; x /= 10 {
+			d++
+		}
+		a := byDecade[d]
+		if a == nil {
+			a = &acc{}
+			byDecade[d] = a
+		}
+		a.n++
+		a.rows += float64(b.RowsBefore)
+		a.changes += float64(b.Changes)
+		a.ms += b.PlanMs + b.CommitMs
+		a.rewrit += float64(b.FilesDel)
+	}
+	var ds []int
+	for d := range byDecade {
+		ds = append(ds, d)
+	}
+	sort.Ints(ds)
+	var out []CostBucket
+	for _, d := range ds {
+		a := byDecade[d]
+		lo := int64(1)
+		for range d {
+			lo *= 10
+		}
+		label := fmt.Sprintf("%s-%s", humanCount(lo), humanCount(lo*10))
+		if d == 0 {
+			label = "0-10"
+		}
+		c := CostBucket{Label: label, Commits: a.n, MeanRows: a.rows / float64(a.n), MeanChanges: a.changes / float64(a.n),
+			MeanApplyMs: a.ms / float64(a.n), MeanRewrites: a.rewrit / float64(a.n)}
+		if a.changes > 0 {
+			c.UsPerChange = a.ms * 1000 / a.changes
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// series buckets the run by second of commit time: records committed in
+// that second, freshness quantiles of those batches (the worst batch's),
+// and the largest RSS sample.
+func series(e *EngineResult) []SeriesPoint {
+	if len(e.Batches) == 0 {
+		return nil
+	}
+	n := int(e.DoneAt/1000) + 1
+	pts := make([]SeriesPoint, n)
+	for i := range pts {
+		pts[i].T = float64(i + 1)
+	}
+	for _, b := range e.Batches {
+		i := min(int(b.At/1000), n-1)
+		pts[i].EventsPerSec += float64(b.Records)
+		pts[i].FreshP50 = max(pts[i].FreshP50, b.FreshP50)
+		pts[i].FreshP99 = max(pts[i].FreshP99, b.FreshP99)
+	}
+	for _, s := range e.Samples {
+		i := min(int(s.At/1000), n-1)
+		pts[i].RSS = max(pts[i].RSS, s.RSS)
+	}
+	return pts
+}
+
+// tableFigures reads the table's directory and log: bytes of every file
+// ever written (nothing is vacuumed during a run), the live files of the
+// last version, and the rows written (numRecords of every add).
+func tableFigures(ctx context.Context, dir string) (*TableFigures, error) {
+	f := &TableFigures{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case strings.HasPrefix(rel, "_delta_log"+string(filepath.Separator)):
+			f.LogBytes += info.Size()
+			if strings.HasSuffix(p, ".json") {
+				n, err := rowsAdded(p)
+				if err != nil {
+					return err
+				}
+				f.RowsWritten += n
+			}
+		case strings.HasSuffix(p, ".parquet"):
+			f.DataBytes += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: table figures of %s: %w", dir, err)
+	}
+	snap, err := delta.Open(storage.NewLocal(dir)).Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: table figures of %s: %w", dir, err)
+	}
+	f.Version = snap.Version
+	for _, a := range snap.Files() {
+		f.LiveBytes += a.Size
+		f.LiveFiles++
+		f.LiveRows += statsRecords(a.Stats)
+	}
+	if f.LiveBytes > 0 {
+		f.WriteAmp = float64(f.DataBytes+f.LogBytes) / float64(f.LiveBytes)
+	}
+	return f, nil
+}
+
+func statsRecords(stats string) int64 {
+	var s struct {
+		NumRecords int64 `json:"numRecords"`
+	}
+	_ = json.Unmarshal([]byte(stats), &s)
+	return s.NumRecords
+}
+
+// rowsAdded sums numRecords over the add actions of one commit file.
+func rowsAdded(path string) (int64, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 1<<20), 1<<28)
+	var n int64
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !strings.HasPrefix(string(line[:min(len(line), 8)]), `{"add"`) {
+			continue
+		}
+		var a struct {
+			Add struct {
+				Stats string `json:"stats"`
+			} `json:"add"`
+		}
+		if err := json.Unmarshal(line, &a); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		n += statsRecords(a.Add.Stats)
+	}
+	return n, sc.Err()
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1_000_000_000 && n%1_000_000_000 == 0:
+		return fmt.Sprintf("%dG", n/1_000_000_000)
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// Print writes the human report. A failed run prints FAIL and no figures.
+func (r *Report) Print(w io.Writer) {
+	o := r.Options.Workload
+	fmt.Fprintf(w, "cdcapply bench: %d keys (%d snapshot), %d changes, %d columns, mix insert/update/delete %.2g/%.2g/%.2g, broker %s, compression %s\n",
+		o.Keys, o.SnapshotKeys, o.Events, o.Columns, o.Insert, o.Update, o.Delete, r.Broker, r.Options.Compression)
+	fmt.Fprintf(w, "  host: %d CPUs, %s, load average at start %s\n", r.Host.CPUs, r.Host.GoVersion, r.Host.LoadAvg)
+	c := r.Counts
+	fmt.Fprintf(w, "  stream: %d records on the table's topic (%d change records, %d duplicates, %d replays, %d Kafka tombstones, %d displaced)\n",
+		c.TableRecords, c.ChangeRecords, c.Duplicates, c.Replays, c.KafkaTombstones, c.Displaced)
+	if r.Options.Rate > 0 {
+		fmt.Fprintf(w, "  produced at %.0f records/s while the engine ran: %d records in %.1fs (%.0f/s)\n", r.Options.Rate, r.Produce.Records, r.Produce.Seconds, r.Produce.PerSecond)
+	} else {
+		fmt.Fprintf(w, "  preproduced before the engine started: %d records, %s in %.1fs (not counted)\n", r.Produce.Records, mib(r.Produce.Bytes), r.Produce.Seconds)
+	}
+	for _, v := range r.Verify {
+		status := "OK"
+		if !v.OK {
+			status = "FAIL"
+		}
+		fmt.Fprintf(w, "  verify (%s reader): %s: %s\n", v.Reader, status, v.Diff)
+	}
+	if !r.OK {
+		fmt.Fprintf(w, "FAIL: %s\n", r.Failure)
+		fmt.Fprintf(w, "FAIL: no figures: the run's table is not the oracle's\n")
+		return
+	}
+	t := r.Throughput
+	fmt.Fprintf(w, "\n  %-34s %12.0f events/s  (%d records in %.2fs, first record to last commit; %d commits)\n", "throughput, end to end", t.EventsPerSec, t.Records, t.Seconds, t.Commits)
+	fmt.Fprintf(w, "  %-34s %12.0f changes/s\n", "", t.ChangesPerSec)
+	fmt.Fprintf(w, "  %-34s %12.0f events/s  (%.2fs from engine start, group join included)\n", "  with start-up", t.EventsPerSecWithStartup, t.SecondsWithStartup)
+	fmt.Fprintf(w, "  %-34s %12.0f records/s (1 core %.0f/s; %d sampled records)\n", "decode only, both cores", r.Decode.BothCores, r.Decode.OneCore, r.Decode.Sample)
+	fmt.Fprintf(w, "  %-34s %12.2f\n", "end to end / decode-only (2 cores)", r.DecodeRatio)
+	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average)\n", "engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9))
+	if f := r.Freshness; f.WallClock {
+		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (source commit, wall clock, to table commit; per change)\n", "freshness", f.P50, f.P99, f.P999, f.Max)
+	} else {
+		fmt.Fprintf(w, "  %-34s not measured: the stream was preproduced with generated source times (run with -rate)\n", "freshness")
+	}
+	m := r.Memory
+	iso := "engine in its own process"
+	if !m.Isolated {
+		iso = "NOT isolated: engine ran inside the harness with the broker and oracle"
+	}
+	fmt.Fprintf(w, "  %-34s %s (VmHWM; %s); Go heap objects peak %s; RSS max first half %s, second half %s\n", "peak RSS", mib(m.PeakRSS), iso,
+		mib(m.PeakHeapInUse), mib(m.RSSFirstHalfMax), mib(m.RSSSecondHalfMax))
+	tb := r.Table
+	fmt.Fprintf(w, "  %-34s data %s + log %s; live %s in %d files (version %d)\n", "bytes written", mib(tb.DataBytes), mib(tb.LogBytes), mib(tb.LiveBytes), tb.LiveFiles, tb.Version)
+	fmt.Fprintf(w, "  %-34s %.2f (bytes written / live bytes); %.2f rows written per change record (%d rows, %d change records, %d rows live)\n",
+		"write amplification", tb.WriteAmp, tb.RowsPerChange, tb.RowsWritten, tb.ChangeRecords, tb.LiveRows)
+	fmt.Fprintf(w, "\n  per-batch cost by table size (plan + write + commit):\n")
+	fmt.Fprintf(w, "    %-12s %8s %12s %10s %12s %10s %10s\n", "rows before", "commits", "mean rows", "changes", "apply ms", "µs/change", "rewrites")
+	for _, b := range r.CostBySize {
+		fmt.Fprintf(w, "    %-12s %8d %12.0f %10.0f %12.1f %10.2f %10.1f\n", b.Label, b.Commits, b.MeanRows, b.MeanChanges, b.MeanApplyMs, b.UsPerChange, b.MeanRewrites)
+	}
+	if len(r.Peers) > 0 {
+		fmt.Fprintf(w, "\n  peers on the same stream:\n")
+		fmt.Fprintf(w, "    %-10s %10s %10s %12s %8s %12s  %s\n", "engine", "events", "seconds", "events/s", "batches", "ours/peer", "verified")
+		fmt.Fprintf(w, "    %-10s %10d %10.2f %12.0f %8d %12s  %s\n", "cdcapply", t.Records, t.Seconds, t.EventsPerSec, t.Commits, "1", "OK")
+		for _, p := range r.Peers {
+			ratio := "-"
+			if p.Ratio > 0 {
+				ratio = fmt.Sprintf("%.1fx", p.Ratio)
+			}
+			status := "OK"
+			if !p.OK {
+				status = "FAIL: " + p.Failure
+			}
+			fmt.Fprintf(w, "    %-10s %10d %10.2f %12.0f %8d %12s  %s\n", p.Peer, p.Events, p.Seconds, p.EventsPerSec, p.Batches, ratio, status)
+		}
+	}
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}

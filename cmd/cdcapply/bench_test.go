@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary be the bench's engine process: `bench
+// -engine` re-executes os.Executable(), which under `go test` is this
+// binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) >= 3 && os.Args[1] == "bench" && os.Args[2] == "-engine" {
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			os.Stderr.WriteString("bench engine: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchSmoke runs `cdcapply bench` small with the engine in its own
+// process (the default): the table verifies, the report, JSON and plot are
+// written. Timings are not checked.
+func TestBenchSmoke(t *testing.T) {
+	dir := t.TempDir()
+	js, svg := filepath.Join(dir, "run.json"), filepath.Join(dir, "run.svg")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "-dir", filepath.Join(dir, "run"), "-keys", "500", "-events", "2000",
+		"-max-records", "500", "-max-latency", "100ms", "-decode-sample", "500", "-decode-time", "10ms", "-timeout", "2m",
+		"-json", js, "-svg", svg}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("bench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "verify (cdcapply reader): OK") || strings.Contains(out.String(), "FAIL") {
+		t.Fatalf("bench output:\n%s", out.String())
+	}
+	var rep struct {
+		OK     bool
+		Memory struct {
+			Isolated bool  `json:"isolated"`
+			PeakRSS  int64 `json:"peak_rss"`
+		} `json:"memory"`
+		Engine struct {
+			PID int `json:"pid"`
+		} `json:"engine"`
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || !rep.Memory.Isolated || rep.Engine.PID == os.Getpid() || rep.Memory.PeakRSS <= 0 {
+		t.Fatalf("report: ok %v, isolated %v, engine pid %d (ours %d), peak RSS %d", rep.OK, rep.Memory.Isolated, rep.Engine.PID, os.Getpid(), rep.Memory.PeakRSS)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+		t.Fatalf("plot: %v", err)
+	}
+}
