@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cdcapply/cdcapply/bench/workload"
@@ -76,6 +77,10 @@ type DecodeFigures struct {
 	OneCore   float64 `json:"one_core_records_per_sec"`
 	BothCores float64 `json:"both_cores_records_per_sec"`
 	Workers   int     `json:"workers"`
+	// PerCPUSecond is records decoded per CPU-second of this process
+	// during the two-goroutine measurement: less sensitive than the wall
+	// clock figures to other processes competing for the cores.
+	PerCPUSecond float64 `json:"records_per_cpu_second"`
 }
 
 // measureDecode decodes the sample with one goroutine and then with two,
@@ -85,15 +90,15 @@ func measureDecode(ctx context.Context, sample []debezium.Record, minTime time.D
 	if len(sample) == 0 {
 		return f, nil
 	}
-	one, err := decodeWith(ctx, sample, 1, minTime)
+	one, _, err := decodeWith(ctx, sample, 1, minTime)
 	if err != nil {
 		return f, err
 	}
-	both, err := decodeWith(ctx, sample, 2, minTime)
+	both, perCPU, err := decodeWith(ctx, sample, 2, minTime)
 	if err != nil {
 		return f, err
 	}
-	f.OneCore, f.BothCores = one, both
+	f.OneCore, f.BothCores, f.PerCPUSecond = one, both, perCPU
 	return f, nil
 }
 
@@ -102,10 +107,12 @@ func newDecoder() (*debezium.Decoder, error) {
 		debezium.SourceConnector(debezium.ConnectorPostgres), debezium.KeyColumns("id"))
 }
 
-func decodeWith(ctx context.Context, sample []debezium.Record, workers int, minTime time.Duration) (float64, error) {
+// decodeWith returns records per second and records per CPU-second.
+func decodeWith(ctx context.Context, sample []debezium.Record, workers int, minTime time.Duration) (float64, float64, error) {
 	var wg sync.WaitGroup
 	counts := make([]int64, workers)
 	errs := make([]error, workers)
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	for w := range workers {
 		part := sample[w*len(sample)/workers : (w+1)*len(sample)/workers]
@@ -130,12 +137,26 @@ func decodeWith(ctx context.Context, sample []debezium.Record, workers int, minT
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuSeconds() - cpu0
 	var n int64
 	for w := range workers {
 		if errs[w] != nil {
-			return 0, errs[w]
+			return 0, 0, errs[w]
 		}
 		n += counts[w]
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	perCPU := 0.0
+	if cpu > 0 {
+		perCPU = float64(n) / cpu
+	}
+	return float64(n) / elapsed.Seconds(), perCPU, nil
+}
+
+// cpuSeconds is this process's user and system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

@@ -312,6 +312,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Peers = append(rep.Peers, pr)
 	}
 	rep.Finished = time.Now().UTC()
+	rep.Host.CPUPressureEnd = cpuPressure()
 	return rep, nil
 }
 

@@ -52,7 +52,20 @@ type HostInfo struct {
 	CPUs      int    `json:"cpus"`
 	GoVersion string `json:"go"`
 	LoadAvg   string `json:"loadavg"`
-	MemTotal  int64  `json:"mem_total"`
+	// CPUPressure is /proc/pressure/cpu's "some" line: the share of time
+	// runnable tasks waited for a core (others' load on a shared machine).
+	CPUPressure    string `json:"cpu_pressure"`
+	CPUPressureEnd string `json:"cpu_pressure_end,omitempty"`
+	MemTotal       int64  `json:"mem_total"`
+}
+
+func cpuPressure() string {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(first)
 }
 
 func hostInfo() HostInfo {
@@ -60,6 +73,7 @@ func hostInfo() HostInfo {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		h.LoadAvg = strings.TrimSpace(string(b))
 	}
+	h.CPUPressure = cpuPressure()
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int64
 		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
@@ -125,6 +139,9 @@ type ThroughputFigures struct {
 	EventsPerSecWithStartup float64 `json:"events_per_sec_with_startup"`
 	Commits                 int     `json:"commits"`
 	CPUSeconds              float64 `json:"engine_cpu_seconds"`
+	// EventsPerCPUSecond is Records over the engine process's CPU time
+	// (user + system, start-up included).
+	EventsPerCPUSecond float64 `json:"events_per_engine_cpu_second"`
 }
 
 // FreshnessFigures: source commit time of each change to the end of the
@@ -202,6 +219,9 @@ func (r *Report) compute() {
 	if t.Seconds > 0 {
 		t.EventsPerSec = float64(t.Records) / t.Seconds
 		t.ChangesPerSec = float64(t.Changes) / t.Seconds
+	}
+	if t.CPUSeconds > 0 {
+		t.EventsPerCPUSecond = float64(t.Records) / t.CPUSeconds
 	}
 	if t.SecondsWithStartup > 0 {
 		t.EventsPerSecWithStartup = float64(t.Records) / t.SecondsWithStartup
@@ -403,6 +423,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "cdcapply bench: %d keys (%d snapshot), %d changes, %d columns, mix insert/update/delete %.2g/%.2g/%.2g, broker %s, compression %s\n",
 		o.Keys, o.SnapshotKeys, o.Events, o.Columns, o.Insert, o.Update, o.Delete, r.Broker, r.Options.Compression)
 	fmt.Fprintf(w, "  host: %d CPUs, %s, load average at start %s\n", r.Host.CPUs, r.Host.GoVersion, r.Host.LoadAvg)
+	fmt.Fprintf(w, "  cpu pressure at start: %s; at end: %s\n", r.Host.CPUPressure, r.Host.CPUPressureEnd)
 	c := r.Counts
 	fmt.Fprintf(w, "  stream: %d records on the table's topic (%d change records, %d duplicates, %d replays, %d Kafka tombstones, %d displaced)\n",
 		c.TableRecords, c.ChangeRecords, c.Duplicates, c.Replays, c.KafkaTombstones, c.Displaced)
@@ -429,7 +450,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  %-34s %12.0f events/s  (%.2fs from engine start, group join included)\n", "  with start-up", t.EventsPerSecWithStartup, t.SecondsWithStartup)
 	fmt.Fprintf(w, "  %-34s %12.0f records/s (1 core %.0f/s; %d sampled records)\n", "decode only, both cores", r.Decode.BothCores, r.Decode.OneCore, r.Decode.Sample)
 	fmt.Fprintf(w, "  %-34s %12.2f\n", "end to end / decode-only (2 cores)", r.DecodeRatio)
-	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average)\n", "engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9))
+	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second)\n",
+		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond)
 	if f := r.Freshness; f.WallClock {
 		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (source commit, wall clock, to table commit; per change)\n", "freshness", f.P50, f.P99, f.P999, f.Max)
 	} else {
