@@ -2,10 +2,12 @@ package debezium
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,14 +75,25 @@ func loadRealRuns(t testing.TB) []realRun {
 				run.schemas[id] = v
 			}
 		}
+		// Large runs (scripts/e2e.sh) are kept gzipped.
 		files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		gz, _ := filepath.Glob(filepath.Join(dir, "*.jsonl.gz"))
+		files = append(files, gz...)
 		sort.Strings(files)
 		for _, file := range files {
 			f, err := os.Open(file)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc := bufio.NewScanner(f)
+			var in io.Reader = f
+			if strings.HasSuffix(file, ".gz") {
+				zr, err := gzip.NewReader(f)
+				if err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				in = zr
+			}
+			sc := bufio.NewScanner(in)
 			sc.Buffer(make([]byte, 1<<20), 64<<20)
 			for sc.Scan() {
 				if len(strings.TrimSpace(sc.Text())) == 0 {
@@ -231,6 +244,21 @@ func realDecoders(t *testing.T, runs []realRun) map[string]*Decoder {
 			t.Fatal(err)
 		}
 		out["mariadb-avro"] = d
+	}
+	// The end-to-end runs (scripts/e2e.sh): default connector settings.
+	if _, ok := findRun(runs, "postgres-e2e-json"); ok {
+		d, err := New(SourceConnector(ConnectorPostgres))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["postgres-e2e-json"] = d
+	}
+	if run, ok := findRun(runs, "postgres-e2e-avro"); ok {
+		d, err := New(SourceConnector(ConnectorPostgres), ValueFormat(FormatAvro), SchemaRegistry(run.schemas))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["postgres-e2e-avro"] = d
 	}
 	if _, ok := findRun(runs, "postgres-jsonnoschema"); ok {
 		opts := []Option{SourceConnector(ConnectorPostgres)}
