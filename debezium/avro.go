@@ -62,7 +62,8 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 	// Transaction metadata keeps its own shape under the flattening
 	// transform; its fields (status, id, event_count) are never columns.
 	flat := d.cfg.envelope == EnvelopeFlattened && root.Field("status") < 0 &&
-		!(len(root.Fields) > 0 && heartbeatShape(root.Fields[0].Name, len(root.Fields)))
+		!(len(root.Fields) > 0 && heartbeatShape(root.Fields[0].Name, len(root.Fields))) &&
+		!messageShape(root.Field("op"), root.Field("message"))
 	var cols []schema.Field
 	for i, f := range root.Fields {
 		if flat {
@@ -148,6 +149,12 @@ func (d *Decoder) compileAvro(text string) *avroPlan {
 // and which has n fields is a heartbeat: Debezium's heartbeat value is
 // {ts_ms} alone, which the flattening transform passes through.
 func heartbeatShape(first string, n int) bool { return n == 1 && first == "ts_ms" }
+
+// messageShape reports whether a value with fields op and message at these
+// indexes (-1: absent) is a PostgreSQL logical decoding message, which the
+// flattening transform passes through unchanged (its schema is not an
+// Envelope), so it is read in envelope shape.
+func messageShape(op, message int) bool { return op >= 0 && message >= 0 }
 
 func indexOf(list []string, s string) int {
 	for i, v := range list {

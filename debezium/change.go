@@ -65,9 +65,13 @@ const (
 	ClassTransaction
 	// ClassSchemaChange is a schema change event (ddl, tableChanges).
 	ClassSchemaChange
+	// ClassMessage is a PostgreSQL logical decoding message
+	// (pg_logical_emit_message), op "m" on the <prefix>.message topic: it
+	// carries an application's prefix and bytes, never a row.
+	ClassMessage
 )
 
-var classNames = [...]string{"change", "kafka_tombstone", "heartbeat", "transaction", "schema_change"}
+var classNames = [...]string{"change", "kafka_tombstone", "heartbeat", "transaction", "schema_change", "logical_message"}
 
 // String names the class.
 func (c Class) String() string {

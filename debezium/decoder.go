@@ -471,6 +471,11 @@ func (env *envelope) classify() {
 
 func (d *Decoder) finish(ctx context.Context, rec *Record, env *envelope) (Change, error) {
 	env.classify()
+	if env.class == ClassChange && len(env.op) == 1 && env.op[0] == 'm' {
+		// A logical decoding message: no row, no table; skipped like a
+		// heartbeat (its position still counts as read).
+		env.class = ClassMessage
+	}
 	ch := Change{Class: env.class, Pos: env.pos, TsMs: env.tsMs}
 	if env.class != ClassChange {
 		ch.Tx = env.tx

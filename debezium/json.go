@@ -165,7 +165,8 @@ func (d *Decoder) tablePlans(topic string) *jsonPlan {
 // has been consumed.
 func (d *Decoder) jsonBody(s *scanner, plan *jsonPlan, env *envelope) *Rejection {
 	flat := d.cfg.envelope == EnvelopeFlattened && !isTransactionTopic(env.pos.Topic) &&
-		!(plan != nil && plan.row != nil && len(plan.row.Fields) > 0 && heartbeatShape(plan.row.Fields[0].Name, len(plan.row.Fields)))
+		!(plan != nil && plan.row != nil && len(plan.row.Fields) > 0 && heartbeatShape(plan.row.Fields[0].Name, len(plan.row.Fields))) &&
+		!(plan != nil && plan.row != nil && messageShape(plan.row.Field("op"), plan.row.Field("message")))
 	if plan != nil {
 		env.tables = &plan.tables
 	}
@@ -333,7 +334,18 @@ func (d *Decoder) envelopeMember(s *scanner, key []byte, env *envelope) bool {
 		if !s.null() {
 			env.tx.EventCount, _, _ = s.number()
 		}
-	case "transaction", "data_collections", "databaseName", "schemaName", "source", "op", "before", "after":
+	case "op":
+		// Reached only by a flattened value whose table has no column
+		// "op": a record the flattening transform passed through in
+		// envelope shape (a logical decoding message, op "m").
+		if !s.null() {
+			env.sawOp = true
+			env.op, _ = s.rawString()
+		}
+	case "message":
+		env.others++
+		s.skip()
+	case "transaction", "data_collections", "databaseName", "schemaName", "source", "before", "after":
 		if string(key) == "source" {
 			d.jsonSource(s, env)
 			return true
