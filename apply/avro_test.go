@@ -589,3 +589,45 @@ func TestEngineRealAvroEqualsJSON(t *testing.T) {
 	}
 	t.Logf("%d tables, %d rows (%d last written by streamed changes, sequence and source time compared too), equal in both forms", len(names), total, streamed)
 }
+
+// TestEngineSkipsLogicalMessages: a PostgreSQL logical decoding message
+// (op "m", shaped as in Debezium's documentation; no recording exists) on
+// a table's topic is read and skipped, never quarantined, and the changes
+// around it are applied.
+func TestEngineSkipsLogicalMessages(t *testing.T) {
+	p, table, e := kfakeEngine(t)
+	p.change(1, 10, "c", "new")
+	msgKey := `{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"prefix"}],"optional":false,"name":"io.debezium.connector.postgresql.MessageKey"},"payload":{"prefix":"audit"}}`
+	msg := `{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"},` +
+		`{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":true,"field":"sequence"},{"type":"string","optional":false,"field":"schema"},{"type":"string","optional":false,"field":"table"},{"type":"int64","optional":true,"field":"txId"},{"type":"int64","optional":true,"field":"lsn"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","field":"source"},` +
+		`{"type":"struct","fields":[{"type":"string","optional":false,"field":"prefix"},{"type":"bytes","optional":true,"field":"content"}],"optional":false,"name":"io.debezium.connector.postgresql.Message","field":"message"}],"optional":false,"name":"io.debezium.connector.postgresql.MessageValue"},` +
+		`"payload":{"op":"m","ts_ms":1700000000011,"source":{"version":"3.6.1.Final","connector":"postgresql","name":"pg","ts_ms":1700000000011,"db":"shop","sequence":"[\"11\",\"11\"]","schema":"","table":"","txId":11,"lsn":11},"message":{"prefix":"audit","content":"aGVsbG8="}}}`
+	p.send([]byte(msgKey), []byte(msg), 0)
+	p.change(2, 12, "c", "new")
+	snap := waitPositions(t, table, "shop", "orders", p.ends)
+	if got, want := fmt.Sprint(readOrders(t, table)), "[1 new false 2 new false]"; got != want {
+		t.Errorf("table = %s, want %s", got, want)
+	}
+	if q := quarantined(t, table); len(q) != 0 {
+		t.Errorf("quarantined: %v", q)
+	}
+	skipped := 0
+	for v := int64(0); v <= snap.Version; v++ {
+		acts, err := delta.Open(storage.NewLocal(table)).ReadCommit(context.Background(), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range acts {
+			if a.CommitInfo != nil {
+				n, _ := a.CommitInfo.OperationParameters["recordsSkipped"].(float64)
+				skipped += int(n)
+			}
+		}
+	}
+	if skipped != 1 {
+		t.Errorf("commits count %d skipped records, want the one message", skipped)
+	}
+	if h := e.Halted(); len(h) != 0 {
+		t.Errorf("halted: %v", h)
+	}
+}
