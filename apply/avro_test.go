@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -630,4 +631,109 @@ func TestEngineSkipsLogicalMessages(t *testing.T) {
 	if h := e.Halted(); len(h) != 0 {
 		t.Errorf("halted: %v", h)
 	}
+}
+
+// TestRegistryConfigAuthAndTLS: the engine's registry client takes basic
+// auth from a file, a bearer token from the environment, and trusts the
+// registry's certificate from ca_file; ambiguous or incomplete credentials
+// are configuration errors, and a secret that cannot be read stops
+// NewEngine with the field's name.
+func TestRegistryConfigAuthAndTLS(t *testing.T) {
+	reg, err := registry.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastAuth atomic.Value
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lastAuth.Store(r.Header.Get("Authorization"))
+		reg.Handler().ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, pemCert(srv.Certificate().Raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := sr.NewClient(sr.URLs(srv.URL), sr.HTTPClient(srv.Client()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cl.CreateSchema(context.Background(), "k", sr.Schema{Schema: avroOrdersKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CDC_TEST_TOKEN", "tok-1")
+	base := func(registryYAML string) string {
+		return fmt.Sprintf("pipeline: {id: p}\nkafka: {brokers: [127.0.0.1:1], group: g}\nschema_registry: %s\ntables:\n  - {name: t, topic: t, format: avro, location: %s/t}\n", registryYAML, dir)
+	}
+	for _, tc := range []struct {
+		name, yaml, auth string
+	}{
+		{"basic from file", fmt.Sprintf("{url: %q, username: app, password_file: %q, tls: {enabled: true, ca_file: %q}}", srv.URL, pw, ca), "Basic " + base64.StdEncoding.EncodeToString([]byte("app:s3cret"))},
+		{"bearer from env", fmt.Sprintf("{url: %q, bearer_token_env: CDC_TEST_TOKEN, tls: {enabled: true, ca_file: %q}}", srv.URL, ca), "Bearer tok-1"},
+	} {
+		cfg, err := ParseConfig("r.yaml", []byte(base(tc.yaml)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		e, err := NewEngine(cfg, Logger(quietLogger()))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		text, err := e.registry.SchemaText(context.Background(), s.ID)
+		if err != nil || !strings.Contains(text, `"pg.public.orders"`) {
+			t.Errorf("%s: schema %d = %q, %v", tc.name, s.ID, text, err)
+		}
+		if got, _ := lastAuth.Load().(string); got != tc.auth {
+			t.Errorf("%s: Authorization %q, want %q", tc.name, got, tc.auth)
+		}
+	}
+	// Without ca_file the registry's self-signed certificate is refused:
+	// a retryable fetch error, not an unknown id.
+	cfg, err := ParseConfig("r.yaml", []byte(base(fmt.Sprintf("{url: %q}", srv.URL))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.registry.SchemaText(context.Background(), s.ID); err == nil || strings.Contains(err.Error(), "unknown schema id") {
+		t.Errorf("untrusted certificate: %v, want a TLS error", err)
+	}
+	// A secret that is not there: NewEngine names the field, not a value.
+	cfg, err = ParseConfig("r.yaml", []byte(base(fmt.Sprintf("{url: %q, username: app, password_env: CDC_TEST_NO_SUCH_VAR}", srv.URL))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEngine(cfg); err == nil || !strings.Contains(err.Error(), "schema_registry.password_env") {
+		t.Errorf("missing password env: %v", err)
+	}
+	// Ambiguous or incomplete credentials are configuration errors.
+	for yaml, want := range map[string]string{
+		`{url: "http://r", username: app}`:                                     "schema_registry.username",
+		`{url: "http://r", password_env: X}`:                                   "schema_registry.username",
+		`{url: "http://r", username: a, password_env: X, password_file: /f}`:   "schema_registry.password_file",
+		`{url: "http://r", bearer_token_env: X, bearer_token_file: /f}`:        "schema_registry.bearer_token_file",
+		`{url: "http://r", username: a, password_env: X, bearer_token_env: Y}`: "not both",
+		`{url: "http://r", username: a, password: inline}`:                     "password_env or password_file",
+	} {
+		_, err := ParseConfig("r.yaml", []byte(base(yaml)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", yaml, err, want)
+		}
+	}
+	// A format avro table without schema_registry is refused by validation.
+	_, err = ParseConfig("r.yaml", []byte(fmt.Sprintf("pipeline: {id: p}\nkafka: {brokers: [b:1], group: g}\ntables:\n  - {name: t, topic: t, format: flat-avro, location: %s/t}\n", dir)))
+	if err == nil || !strings.Contains(err.Error(), "avro needs schema_registry") {
+		t.Errorf("avro without registry: %v", err)
+	}
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

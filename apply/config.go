@@ -290,6 +290,7 @@ func merge(base, over TableSettings) TableSettings {
 // check applies the rules the JSON Schema cannot express.
 func (c *Config) check() []FieldError {
 	var errs []FieldError
+	errs = append(errs, c.SchemaRegistry.check()...)
 	names := map[string]int{}
 	locations := map[string]int{}
 	for i, t := range c.Tables {

@@ -172,3 +172,29 @@ func (e *Engine) releaseTable(ctx context.Context, t *tableRun) {
 		e.client.ResumeFetchPartitions(resume)
 	}
 }
+
+// check says which registry credentials are ambiguous or incomplete: one
+// source per secret, a password only with a username, basic or bearer.
+func (c *RegistryConfig) check() []FieldError {
+	if c == nil {
+		return nil
+	}
+	var errs []FieldError
+	if c.PasswordEnv != "" && c.PasswordFile != "" {
+		errs = append(errs, FieldError{"schema_registry.password_file", "set one of password_env and password_file"})
+	}
+	if c.BearerTokenEnv != "" && c.BearerTokenFile != "" {
+		errs = append(errs, FieldError{"schema_registry.bearer_token_file", "set one of bearer_token_env and bearer_token_file"})
+	}
+	hasPassword := c.PasswordEnv != "" || c.PasswordFile != ""
+	switch {
+	case c.Username != "" && !hasPassword:
+		errs = append(errs, FieldError{"schema_registry.username", "basic auth needs password_env or password_file"})
+	case c.Username == "" && hasPassword:
+		errs = append(errs, FieldError{"schema_registry.username", "a password is set but no username"})
+	}
+	if c.Username != "" && (c.BearerTokenEnv != "" || c.BearerTokenFile != "") {
+		errs = append(errs, FieldError{"schema_registry", "choose basic auth (username) or a bearer token, not both"})
+	}
+	return errs
+}
