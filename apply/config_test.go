@@ -120,7 +120,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Tables) != 2 || cfg.Tables[1].Flush.MaxRecords != 50000 || time.Duration(cfg.Tables[1].Flush.MaxLatency) != 250*time.Millisecond {
+	if len(cfg.Tables) != 3 || cfg.Tables[2].Format != "avro" || cfg.SchemaRegistry == nil || cfg.Tables[1].Flush.MaxRecords != 50000 || time.Duration(cfg.Tables[1].Flush.MaxLatency) != 250*time.Millisecond {
 		t.Fatalf("example parsed as %+v", cfg.Tables)
 	}
 }
