@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -36,6 +38,8 @@ func runStreamDemo(ctx context.Context, args []string, stdout, stderr io.Writer)
 	keys := fs.Int64("keys", 10_000, "distinct primary keys")
 	rate := fs.Float64("rate", 20_000, "records per second fed to the broker (0: as fast as possible)")
 	verbose := fs.Bool("v", false, "log the engine's commits")
+	metricsAddr := fs.String("metrics-address", "", "serve /metrics, /healthz and /readyz (as `run` does) on this host:port while the demo runs; source times then come from the wall clock, so freshness is real")
+	linger := fs.Duration("linger", 0, "with -metrics-address: keep the idle engine serving this long after the check (freshness ages visibly)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -53,6 +57,12 @@ func runStreamDemo(ctx context.Context, args []string, stdout, stderr io.Writer)
 	wcfg.Keys = *keys
 	wcfg.SnapshotKeys = *keys / 2
 	wcfg.Partitions = 3
+	if *metricsAddr != "" {
+		// Source commit times from the wall clock, so the freshness the
+		// metrics show is the real apply delay (the oracle does not change).
+		wcfg.Clock = time.Now
+		wcfg.StartTime = time.Now() // the initial snapshot's source time
+	}
 	g, err := workload.New(wcfg)
 	if err != nil {
 		return err
@@ -98,9 +108,24 @@ tables:
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(stderr, nil))
 	}
-	e, err := apply.NewEngine(cfg, apply.Logger(log))
+	opts := []apply.EngineOption{apply.Logger(log)}
+	reg := prometheus.NewRegistry()
+	if *metricsAddr != "" {
+		// The same registry and handler `cdcapply run` serves.
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		opts = append(opts, apply.WithMetrics(apply.NewMetrics(reg)))
+	}
+	e, err := apply.NewEngine(cfg, opts...)
 	if err != nil {
 		return err
+	}
+	if *metricsAddr != "" {
+		stopHTTP, err := serveHTTP(*metricsAddr, e.Handler(reg, false), log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+		fmt.Fprintf(stdout, "  metrics: http://%s/metrics\n", *metricsAddr)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -182,6 +207,13 @@ tables:
 	elapsed := time.Since(start)
 	if err := <-prodDone; err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("demo: produce: %w", err)
+	}
+	if *metricsAddr != "" && *linger > 0 {
+		fmt.Fprintf(stdout, "  all applied; the engine idles for %s (-linger)\n", *linger)
+		select {
+		case <-time.After(*linger):
+		case <-ctx.Done():
+		}
 	}
 	stop()
 	if err := <-done; err != nil {
