@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	peers := fs.String("peers", "", "peers to run on the same stream: deltars,spark (bench/peers)")
 	peerPython := fs.String("peer-python", "", "python for the peers (default: what bench/peers/setup.sh prints)")
 	peerBatch := fs.Int("peer-batch", 0, "records per peer micro-batch (default: max-records, else 50000)")
+	repo := fs.String("repo", "", "the repository holding bench/peers (default: found upwards from the working directory)")
 	jsonPath := fs.String("json", "", "write every figure as JSON to this file")
 	svgPath := fs.String("svg", "", "plot throughput, freshness and RSS over time to this SVG file")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
 		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
-		VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, Log: stderr,
+		VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
 	if *brokers != "" {
 		o.Brokers = strings.Split(*brokers, ",")
