@@ -324,7 +324,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.flush(ctx, t)
 			}
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
-				e.releaseTable(ctx, t)
+				e.releaseTable(t)
 			}
 		}
 		cl.AllowRebalance()
@@ -462,7 +462,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 			// Not the record's fault (the schema registry could not be
 			// asked): never quarantine or skip it. Apply nothing of this
 			// table, hold it and retry from its positions after a back-off.
-			e.holdTable(ctx, t, r, err)
+			e.holdTable(t, r, err)
 			return
 		}
 		e.reject(t, pb, &rec, string(rej.Reason), rej.Error())

@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/debezium"
 )
 
@@ -137,16 +137,13 @@ func tlsClientConfig(field string, c *TLSConfig) (*tls.Config, error) {
 // and every record routed to it is ignored until the back-off ends; then
 // releaseTable seeks it back to the positions in the table and resumes, so
 // the same records are read and decoded again. Other tables go on.
-func (e *Engine) holdTable(ctx context.Context, t *tableRun, r *kgo.Record, err error) {
+func (e *Engine) holdTable(t *tableRun, r *kgo.Record, err error) {
 	t.holdFailures++
 	wait := registryBackoff(t.holdFailures)
 	e.log.Warn("schema registry unavailable: table held, nothing quarantined; retrying from the table's positions",
 		"table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 		"retry_in", wait, "consecutive_failures", t.holdFailures, "err", err)
-	e.resync(ctx, t)
-	if t.halted != nil {
-		return
-	}
+	e.rewind(t)
 	t.holdUntil = e.clock().Add(wait)
 	if e.client != nil {
 		t.holdPaused = e.assignedOf(t)
@@ -157,9 +154,9 @@ func (e *Engine) holdTable(ctx context.Context, t *tableRun, r *kgo.Record, err 
 // releaseTable ends a hold: seek to the table's positions (records fetched
 // before the pause took effect were ignored) and resume what the hold
 // paused and what was assigned meanwhile.
-func (e *Engine) releaseTable(ctx context.Context, t *tableRun) {
+func (e *Engine) releaseTable(t *tableRun) {
 	t.holdUntil = time.Time{}
-	e.resync(ctx, t)
+	e.rewind(t)
 	if e.client == nil {
 		return
 	}
@@ -197,4 +194,28 @@ func (c *RegistryConfig) check() []FieldError {
 		errs = append(errs, FieldError{"schema_registry", "choose basic auth (username) or a bearer token, not both"})
 	}
 	return errs
+}
+
+// rewind drops a table's pending batch and seeks its assigned partitions
+// to the positions the applier holds. Unlike resync it does not reload the
+// table (nothing was committed, and a commit by another writer is caught
+// by the Refresh before the next flush), so a long outage does not rebuild
+// the key index at every retry.
+func (e *Engine) rewind(t *tableRun) {
+	t.buf.reset()
+	if e.client == nil {
+		return
+	}
+	pos := t.applier.Positions()
+	seek := map[string]map[int32]kgo.EpochOffset{}
+	for topic, parts := range e.assignedOf(t) {
+		for _, p := range parts {
+			next, _ := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
+			if seek[topic] == nil {
+				seek[topic] = map[int32]kgo.EpochOffset{}
+			}
+			seek[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		}
+	}
+	e.client.SetOffsets(seek)
 }
