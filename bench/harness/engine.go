@@ -31,6 +31,9 @@ type Job struct {
 	Topic      string `json:"topic"`
 	// Sample is how often RSS and the Go heap are sampled.
 	Sample time.Duration `json:"sample"`
+	// Timeout, when set, stops the engine side after that long; it then
+	// reports what it did with an error.
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // Ends are the offsets one past the last record of each partition of the
@@ -122,6 +125,11 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 	}
 	if job.Sample <= 0 {
 		job.Sample = 250 * time.Millisecond
+	}
+	if job.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, job.Timeout)
+		defer cancel()
 	}
 	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
 	start := time.Now()
@@ -229,7 +237,7 @@ loop:
 				break loop
 			}
 		case <-ctx.Done():
-			failure = ctx.Err()
+			failure = fmt.Errorf("stopped before the table reached the stream's end: %w", ctx.Err())
 			break loop
 		}
 	}

@@ -173,12 +173,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o644); err != nil {
 		return nil, err
 	}
-	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic()}
+	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout}
 
 	engCtx := ctx
 	if o.Timeout > 0 {
+		// The engine side stops itself at o.Timeout and reports; this
+		// bound only catches an engine process that does not.
 		var cancel context.CancelFunc
-		engCtx, cancel = context.WithTimeout(ctx, o.Timeout)
+		engCtx, cancel = context.WithTimeout(ctx, o.Timeout+time.Minute)
 		defer cancel()
 	}
 	progress := func(st workload.ProduceStats) {}
@@ -234,7 +236,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		PerSecond: produced.PerSecond(), Moved: produced.Moved}
 	res, err := eng.wait()
 	if err != nil {
-		return nil, fmt.Errorf("bench: engine: %w", err)
+		if res == nil {
+			return nil, fmt.Errorf("bench: engine: %w", err)
+		}
+		// A timeout or a stopped engine: keep what it did (commits, memory
+		// samples) for the JSON, but no figure is a result.
+		rep.Engine = res
+		rep.fail(fmt.Sprintf("the engine did not apply the whole stream: %v (%d of the stream's records in %d commits)", err, res.Records, len(res.Batches)))
+		rep.Counts = g.Oracle().Counts()
+		return rep, fmt.Errorf("bench: engine: %w", err)
 	}
 	rep.Engine = res
 	logf("engine done: %d records, %d changes, %d commits", res.Records, res.Changes, len(res.Batches))

@@ -441,7 +441,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if !r.OK {
 		fmt.Fprintf(w, "FAIL: %s\n", r.Failure)
-		fmt.Fprintf(w, "FAIL: no figures: the run's table is not the oracle's\n")
+		fmt.Fprintf(w, "FAIL: no figures: the run did not end in the oracle's table\n")
+		if r.Engine != nil && len(r.Engine.Batches) > 0 {
+			// What an unfinished run did, for diagnosis (also in the JSON).
+			fmt.Fprintf(w, "  (unfinished run: per-batch cost of its %d commits, not a result)\n", len(r.Engine.Batches))
+			printCost(w, costBySize(r.Engine.Batches))
+		}
 		return
 	}
 	t := r.Throughput
@@ -469,10 +474,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  %-34s %.2f (bytes written / live bytes); %.2f rows written per change record (%d rows, %d change records, %d rows live)\n",
 		"write amplification", tb.WriteAmp, tb.RowsPerChange, tb.RowsWritten, tb.ChangeRecords, tb.LiveRows)
 	fmt.Fprintf(w, "\n  per-batch cost by table size (plan + write + commit):\n")
-	fmt.Fprintf(w, "    %-12s %8s %12s %10s %12s %10s %10s\n", "rows before", "commits", "mean rows", "changes", "apply ms", "µs/change", "rewrites")
-	for _, b := range r.CostBySize {
-		fmt.Fprintf(w, "    %-12s %8d %12.0f %10.0f %12.1f %10.2f %10.1f\n", b.Label, b.Commits, b.MeanRows, b.MeanChanges, b.MeanApplyMs, b.UsPerChange, b.MeanRewrites)
-	}
+	printCost(w, r.CostBySize)
 	if len(r.Peers) > 0 {
 		fmt.Fprintf(w, "\n  peers on the same stream:\n")
 		fmt.Fprintf(w, "    %-10s %10s %10s %12s %8s %12s  %s\n", "engine", "events", "seconds", "events/s", "batches", "ours/peer", "verified")
@@ -488,6 +490,13 @@ func (r *Report) Print(w io.Writer) {
 			}
 			fmt.Fprintf(w, "    %-10s %10d %10.2f %12.0f %8d %12s  %s\n", p.Peer, p.Events, p.Seconds, p.EventsPerSec, p.Batches, ratio, status)
 		}
+	}
+}
+
+func printCost(w io.Writer, cs []CostBucket) {
+	fmt.Fprintf(w, "    %-12s %8s %12s %10s %12s %10s %10s\n", "rows before", "commits", "mean rows", "changes", "apply ms", "µs/change", "rewrites")
+	for _, b := range cs {
+		fmt.Fprintf(w, "    %-12s %8d %12.0f %10.0f %12.1f %10.2f %10.1f\n", b.Label, b.Commits, b.MeanRows, b.MeanChanges, b.MeanApplyMs, b.UsPerChange, b.MeanRewrites)
 	}
 }
 
