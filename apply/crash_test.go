@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -34,8 +35,15 @@ func crashStream(n int, seed uint64) ([]*Change, ordersOracle) {
 // size, as the engine would after a (re)start. It stops at the first
 // error and returns it.
 func runFrom(ctx context.Context, store storage.Storage, stream []*Change, size int) error {
+	return runFromMode(ctx, store, stream, size, CopyOnWrite)
+}
+
+func runFromMode(ctx context.Context, store storage.Storage, stream []*Change, size int, mode MergeMode) error {
 	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
 	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+	if err := a.SetMergeMode(mode); err != nil {
+		return err
+	}
 	if err := a.Open(ctx); err != nil {
 		return err
 	}
@@ -95,16 +103,39 @@ func tableState(t *testing.T, store storage.Storage) ([]string, int64) {
 // the records its position says were applied. A restart from the table's
 // position then converges to the full oracle: nothing lost or doubled.
 func TestCrashAtEveryStorageOperation(t *testing.T) {
+	crashAtEveryStorageOperation(t, CopyOnWrite)
+}
+
+// TestCrashAtEveryStorageOperationMergeOnRead is the same in merge-on-read
+// mode: deletion vectors (inline and in files) are written before the
+// commit that references them, and a crash anywhere leaves a valid prefix.
+func TestCrashAtEveryStorageOperationMergeOnRead(t *testing.T) {
+	defer setInlineDVLimit(35)() // one-row vectors inline (34 bytes), larger ones in files
+	crashAtEveryStorageOperation(t, MergeOnRead)
+}
+
+func crashAtEveryStorageOperation(t *testing.T, mode MergeMode) {
 	ctx := context.Background()
 	stream, oracle := crashStream(44, 1)
 	const size = 4
 
 	// A clean run counts the operations.
 	clean := storage.NewFaulty(storage.NewLocal(t.TempDir()))
-	if err := runFrom(ctx, clean, stream, size); err != nil {
+	if err := runFromMode(ctx, clean, stream, size, mode); err != nil {
 		t.Fatal(err)
 	}
 	total := clean.Count()
+	if mode == MergeOnRead {
+		var dvFiles int
+		for _, op := range clean.Ops() {
+			if strings.Contains(op.Path, "deletion_vector_") {
+				dvFiles++
+			}
+		}
+		if inline, file := dvKinds(t, clean); inline == 0 || dvFiles == 0 {
+			t.Fatalf("the merge-on-read run left %d inline and %d file deletion vectors live and wrote %d vector files: the test would not exercise them", inline, file, dvFiles)
+		}
+	}
 	if got, _ := tableState(t, clean); fmt.Sprint(got) != fmt.Sprint(oracle.rows()) {
 		t.Fatalf("clean run differs from the oracle:\n got %v\nwant %v", got, oracle.rows())
 	}
@@ -125,7 +156,7 @@ func TestCrashAtEveryStorageOperation(t *testing.T) {
 			dir := t.TempDir()
 			f := storage.NewFaulty(storage.NewLocal(dir))
 			f.CrashAt(n, after)
-			err := runFrom(ctx, f, stream, size)
+			err := runFromMode(ctx, f, stream, size, mode)
 			if err == nil {
 				continue // the crash point was past the end of this run
 			}
@@ -139,7 +170,7 @@ func TestCrashAtEveryStorageOperation(t *testing.T) {
 				t.Fatalf("crash at op %d (after=%v, %s): table at position %d differs from the oracle of its prefix:\n got %v\nwant %v",
 					n, after, f.Ops()[n-1], pos, rows, want)
 			}
-			if err := runFrom(ctx, restarted, stream, size); err != nil {
+			if err := runFromMode(ctx, restarted, stream, size, mode); err != nil {
 				t.Fatalf("restart after crash at op %d: %v", n, err)
 			}
 			rows, pos = tableState(t, restarted)

@@ -51,6 +51,35 @@ func deltaRS(t *testing.T, dir string, appIDs ...string) (rows []map[string]any,
 	return res.Rows, res.Txn
 }
 
+// runPython runs a script with the deltalake venv's Python (skipping, or
+// failing under CI=true, without it) and decodes its JSON output into out.
+func runPython(t *testing.T, script string, out any, args ...string) {
+	t.Helper()
+	py := os.Getenv("CDCAPPLY_PYTHON")
+	if py == "" {
+		py, _ = filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
+	}
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no python with deltalake at %s", py)
+		}
+		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{script}, args...)...)
+	var stdout, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", script, args, err, errb.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		t.Fatalf("%s %v: %v", script, args, err)
+	}
+}
+
 // TestReferenceCaseReadByDeltaRS runs the design brief's worked example
 // through the applier into real Parquet files and a real Delta log, and
 // reads the table back with delta-rs: (1,30,shipped,live), (2,25,new,

@@ -50,6 +50,9 @@ type Engine struct {
 	// beforeApply, when set, runs before each table commit; tests use it
 	// to pause an instance into a zombie.
 	beforeApply func(table string)
+	// wrapStore, when set, wraps each table's storage (tests inject
+	// storage faults with it).
+	wrapStore func(storage.Storage) storage.Storage
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
@@ -96,6 +99,13 @@ type tableRun struct {
 	holdUntil    time.Time
 	holdFailures int                // consecutive holds without a commit
 	holdPaused   map[string][]int32 // partitions paused by the hold
+
+	// resynced is set when the table was re-seeked to its positions while
+	// a poll was being handled: the rest of that poll's records for it
+	// were fetched before the seek and are ignored (they come again from
+	// the table's positions). Routing them would start a new batch above
+	// the position, and committing it would skip the dropped records.
+	resynced bool
 
 	buf tableBuffer
 }
@@ -154,6 +164,9 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 
 func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	t := &tableRun{cfg: tc, store: storage.NewLocal(tc.Location)}
+	if e.wrapStore != nil {
+		t.store = e.wrapStore(t.store)
+	}
 	t.buf.reset()
 	if tc.TopicPattern != "" {
 		re, err := regexp.Compile("^(?:" + tc.TopicPattern + ")$")
@@ -172,6 +185,9 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	}
 	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l) }
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
+	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
+		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
+	}
 	t.quarantine = NewQuarantine(tc.Name, e.cfg.Pipeline.ID, storage.NewLocal(tc.QuarantineLocation), e.clock)
 	return t, nil
 }
@@ -299,6 +315,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, e.pollWait())
 		fetches := cl.PollRecords(pctx, 10_000)
 		cancel()
+		for _, t := range e.tables {
+			t.resynced = false
+		}
 		if fetches.IsClientClosed() {
 			break
 		}
@@ -424,6 +443,9 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	t := e.tableFor(r.Topic)
 	if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
 		return // held: re-read from the table's positions on release
+	}
+	if false && t.resynced {
+		return // re-seeked during this poll: read again from the positions
 	}
 	if t.reopen.Swap(false) {
 		if err := t.applier.Open(ctx); err != nil {
@@ -707,6 +729,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 // actions say exactly what is applied.
 func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.buf.reset()
+	t.resynced = true
 	if err := t.applier.Open(ctx); err != nil {
 		e.halt(t, "open", err)
 		return

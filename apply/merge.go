@@ -18,85 +18,53 @@ type Row struct {
 	Deleted        bool
 	SourceTsMicros int64 // 0: unknown
 	AppliedMicros  int64
+	// Pos is the row's physical index in its data file, set by ReadRows
+	// (it differs from the row's place in the result once a deletion
+	// vector hides earlier rows). Writers ignore it.
+	Pos int64
 }
 
 // RowFiles reads and writes a table's data files as rows. The apply engine
 // only ever sees rows; the implementation owns the columnar format.
 type RowFiles interface {
-	// ReadRows returns every row of a live data file, in file order.
+	// ReadRows returns every live row of a data file (rows its deletion
+	// vector hides are left out), in file order.
 	ReadRows(ctx context.Context, add *delta.Add) ([]Row, error)
 	// WriteRows writes rows as one new data file and returns its add action.
 	WriteRows(ctx context.Context, rows []Row) (*delta.Add, error)
 }
 
+// RowDeleter is the RowFiles capability merge-on-read needs: marking rows
+// of a live data file deleted in its deletion vector.
+type RowDeleter interface {
+	// DeleteRows returns the add that replaces a: the same data file with
+	// the rows at the given physical indexes added to its deletion vector
+	// (the union with the vector it has). It returns nil when no row of the
+	// file stays live: the file is then removed instead.
+	DeleteRows(ctx context.Context, a *delta.Add, rows []int64) (*delta.Add, error)
+}
+
+// MergeMode is how a batch writes rows that replace stored ones.
+type MergeMode string
+
+// The merge modes (write_mode in the configuration).
+const (
+	// CopyOnWrite rewrites every file holding a changed key whole:
+	// readable by every Delta reader, cost grows with the files touched.
+	CopyOnWrite MergeMode = "copy-on-write"
+	// MergeOnRead writes changed rows to the batch's new file and hides
+	// their old versions with deletion vectors: cost grows with the batch;
+	// readers need the deletionVectors table feature.
+	MergeOnRead MergeMode = "merge-on-read"
+)
+
 // fileID numbers live data files inside a key index; a rewrite keeps the
 // id and swaps the add, so no key entry moves when its file is rewritten.
 type fileID int32
 
-// indexEntry is where a key's current row lives and what it holds.
-type indexEntry struct {
-	file    fileID
-	seq     []byte
-	deleted bool
-}
-
-// KeyIndex maps every key of a table to its file and sequence, so a batch
-// finds the rows it changes without scanning the table and decides stale
-// changes without reading any file.
-type KeyIndex struct {
-	layout *Layout
-	keys   map[string]indexEntry
-	files  []*delta.Add // by fileID; nil once a file is gone
-	byPath map[string]fileID
-}
-
-// NewKeyIndex returns an empty index for a layout.
-func NewKeyIndex(l *Layout) *KeyIndex {
-	return &KeyIndex{layout: l, keys: map[string]indexEntry{}, byPath: map[string]fileID{}}
-}
-
-// BuildKeyIndex reads every live file of a snapshot once. A key found in
-// two files means the table was written by someone else or is corrupt:
-// applying on top would double rows, so it is an error.
-func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowFiles) (*KeyIndex, error) {
-	ix := NewKeyIndex(l)
-	for _, add := range snap.Files() {
-		rows, err := rf.ReadRows(ctx, add)
-		if err != nil {
-			return nil, fmt.Errorf("build key index: %w", err)
-		}
-		id := ix.addFile(add)
-		for _, r := range rows {
-			k := EncodeKey(r.Values, l.Key)
-			if _, dup := ix.keys[k]; dup {
-				return nil, fmt.Errorf("build key index: key %s is in more than one row (file %s)", ix.render(r.Values), add.Path)
-			}
-			ix.keys[k] = indexEntry{file: id, seq: r.Seq, deleted: r.Deleted}
-		}
-	}
-	return ix, nil
-}
-
-func (ix *KeyIndex) addFile(a *delta.Add) fileID {
-	id := fileID(len(ix.files))
-	ix.files = append(ix.files, a)
-	ix.byPath[a.Path] = id
-	return id
-}
-
-// Len returns the number of keys, tombstones included.
-func (ix *KeyIndex) Len() int { return len(ix.keys) }
-
-func (ix *KeyIndex) render(values []schema.Value) string {
-	var b bytes.Buffer
-	for i, k := range ix.layout.Key {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s=%v", ix.layout.Source[k].Name, values[k].GoString())
-	}
-	return b.String()
-}
+// noFile marks a pending entry whose row goes to the batch's new file,
+// whose id is known only once the commit landed.
+const noFile fileID = -1
 
 // Counts are the row outcomes of one batch.
 type Counts struct {
@@ -118,26 +86,63 @@ type Plan struct {
 	Removes []*delta.Add
 	Adds    []*delta.Add
 	Counts  Counts
+	// DeletionVectors is set when the plan hides rows with deletion
+	// vectors (merge-on-read): the table needs the deletionVectors feature.
+	DeletionVectors bool
 
-	// rewritten[i] replaces the file of id rewrittenIDs[i] once committed.
-	rewrittenIDs []fileID
-	newFile      int // index in Adds of the file of new keys, or -1
-	entries      map[string]indexEntry
-	newKeys      map[string]bool
+	// replaced[i] gives the file of id replaced[i].id the add Adds[replaced[i].add].
+	replaced []replacement
+	// gone are files removed with no replacement (every row moved).
+	gone    []fileID
+	newFile int // index in Adds of the batch's new file, or -1
+	pending []pendingEntry
+}
+
+type replacement struct {
+	id  fileID
+	add int
+}
+
+// pendingEntry is an index change the commit makes true.
+type pendingEntry struct {
+	key     string
+	seq     []byte
+	deleted bool
+	file    fileID // noFile: the batch's new file
+	row     int64
+}
+
+func newPlan() *Plan { return &Plan{newFile: -1} }
+
+func (p *Plan) replace(id fileID, old, add *delta.Add) {
+	p.Removes = append(p.Removes, old)
+	if add == nil {
+		p.gone = append(p.gone, id)
+		return
+	}
+	p.replaced = append(p.replaced, replacement{id: id, add: len(p.Adds)})
+	p.Adds = append(p.Adds, add)
 }
 
 // PlanBatch resolves a reduced batch against the table and writes the data
-// files the commit will add: one rewrite per file holding a changed key
-// (copy-on-write: every other row of it is copied as it was) and one file
-// for keys the table does not hold yet. Keys whose change is stale touch
-// no file.
-func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64) (*Plan, error) {
-	p := &Plan{newFile: -1, entries: map[string]indexEntry{}, newKeys: map[string]bool{}}
+// files the commit will add. Keys whose change is stale touch no file; keys
+// the table does not hold go to one new file. A key whose current row is in
+// a file is written by mode:
+//
+//   - copy-on-write: each file holding a changed key is rewritten, every
+//     other row of it copied as it was;
+//   - merge-on-read: the new row goes to the batch's new file and the old
+//     row is marked deleted in its file's deletion vector. The old file is
+//     read only when a change needs the stored values (an unavailable
+//     column the batch cannot fill, or a delete, whose tombstone keeps
+//     the last values); otherwise the index alone resolves the change.
+func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64, mode MergeMode) (*Plan, error) {
+	p := newPlan()
 	byFile := map[fileID][]*Reduced{}
 	var fresh []*Reduced
 	for i := range reduced {
 		r := &reduced[i]
-		e, ok := ix.keys[r.Winner.Key]
+		e, ok := ix.lookup(r.Winner.Key)
 		switch {
 		case ok && bytes.Compare(r.Winner.Seq, e.seq) <= 0:
 			p.Counts.Stale++
@@ -153,50 +158,31 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
-		old := ix.files[id]
-		rows, err := rf.ReadRows(ctx, old)
-		if err != nil {
-			return nil, fmt.Errorf("plan batch: %w", err)
+	var rows []Row // the batch's new file
+	if mode == MergeOnRead {
+		rd, ok := rf.(RowDeleter)
+		if !ok {
+			return nil, fmt.Errorf("plan batch: merge-on-read needs data files that take deletion vectors")
 		}
-		changes := map[string]*Reduced{}
-		for _, r := range byFile[id] {
-			changes[r.Winner.Key] = r
-		}
-		for i := range rows {
-			k := EncodeKey(rows[i].Values, ix.layout.Key)
-			r, ok := changes[k]
-			if !ok {
-				continue
+		for _, id := range ids {
+			var err error
+			if rows, err = ix.planDeletes(ctx, id, byFile[id], rf, rd, rows, appliedMicros, p); err != nil {
+				return nil, err
 			}
-			delete(changes, k)
-			stored := &StoredRow{Seq: rows[i].Seq, Deleted: rows[i].Deleted, Values: rows[i].Values}
-			row, kind := ix.resolve(r, stored, appliedMicros, &p.Counts)
-			if kind == RowStale { // the index was behind the file: trust the file
-				continue
+		}
+	} else {
+		for _, id := range ids {
+			if err := ix.planRewrite(ctx, id, byFile[id], rf, appliedMicros, p); err != nil {
+				return nil, err
 			}
-			rows[i] = row
-			p.entries[k] = indexEntry{file: id, seq: row.Seq, deleted: row.Deleted}
 		}
-		if len(changes) > 0 {
-			return nil, fmt.Errorf("plan batch: file %s lacks %d key(s) the index places there", old.Path, len(changes))
-		}
-		add, err := rf.WriteRows(ctx, rows)
-		if err != nil {
-			return nil, fmt.Errorf("plan batch: rewrite %s: %w", old.Path, err)
-		}
-		p.Removes = append(p.Removes, old)
-		p.Adds = append(p.Adds, add)
-		p.rewrittenIDs = append(p.rewrittenIDs, id)
 	}
-	if len(fresh) > 0 {
-		rows := make([]Row, 0, len(fresh))
-		for _, r := range fresh {
-			row, _ := ix.resolve(r, nil, appliedMicros, &p.Counts)
-			rows = append(rows, row)
-			p.entries[r.Winner.Key] = indexEntry{seq: row.Seq, deleted: row.Deleted}
-			p.newKeys[r.Winner.Key] = true
-		}
+	for _, r := range fresh {
+		row, _ := ix.resolve(r, nil, appliedMicros, &p.Counts)
+		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows))})
+		rows = append(rows, row)
+	}
+	if len(rows) > 0 {
 		add, err := rf.WriteRows(ctx, rows)
 		if err != nil {
 			return nil, fmt.Errorf("plan batch: write new rows: %w", err)
@@ -205,6 +191,114 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		p.Adds = append(p.Adds, add)
 	}
 	return p, nil
+}
+
+// planRewrite rewrites file id with the batch's changes to it (copy-on-write).
+func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []*Reduced, rf RowFiles, appliedMicros int64, p *Plan) error {
+	old := ix.files[id]
+	rows, err := rf.ReadRows(ctx, old)
+	if err != nil {
+		return fmt.Errorf("plan batch: %w", err)
+	}
+	changes := make(map[string]*Reduced, len(changed))
+	for _, r := range changed {
+		changes[r.Winner.Key] = r
+	}
+	for i := range rows {
+		moved := old.DeletionVector != nil && rows[i].Pos != int64(i)
+		k := EncodeKey(rows[i].Values, ix.layout.Key)
+		r, ok := changes[k]
+		if !ok && !moved {
+			continue
+		}
+		if ok {
+			delete(changes, k)
+			stored := &StoredRow{Seq: rows[i].Seq, Deleted: rows[i].Deleted, Values: rows[i].Values}
+			if row, kind := ix.resolve(r, stored, appliedMicros, &p.Counts); kind != RowStale { // stale: the index was behind the file: trust the file
+				rows[i] = row
+			}
+		}
+		// The rewrite drops rows a deletion vector hid, so rows after
+		// them move up: their entries follow.
+		p.pending = append(p.pending, pendingEntry{key: k, seq: rows[i].Seq, deleted: rows[i].Deleted, file: id, row: int64(i)})
+	}
+	if len(changes) > 0 {
+		return fmt.Errorf("plan batch: file %s lacks %d key(s) the index places there", old.Path, len(changes))
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		return fmt.Errorf("plan batch: rewrite %s: %w", old.Path, err)
+	}
+	p.replace(id, old, add)
+	return nil
+}
+
+// planDeletes moves the batch's changed keys of file id to the batch's new
+// rows and hides their old rows with the file's deletion vector
+// (merge-on-read). It returns rows with the new rows appended.
+func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []*Reduced, rf RowFiles, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
+	old := ix.files[id]
+	var stored map[string]*Row
+	for _, r := range changed {
+		if needsStored(r) {
+			stored = map[string]*Row{}
+			break
+		}
+	}
+	if stored != nil {
+		fileRows, err := rf.ReadRows(ctx, old)
+		if err != nil {
+			return nil, fmt.Errorf("plan batch: %w", err)
+		}
+		for i := range fileRows {
+			if old.DeletionVector == nil {
+				fileRows[i].Pos = int64(i)
+			}
+			stored[EncodeKey(fileRows[i].Values, ix.layout.Key)] = &fileRows[i]
+		}
+	}
+	positions := make([]int64, 0, len(changed))
+	for _, r := range changed {
+		e, _ := ix.lookup(r.Winner.Key)
+		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
+		if stored != nil {
+			fr, ok := stored[r.Winner.Key]
+			if !ok || fr.Pos != e.row {
+				return nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
+			}
+			st = &StoredRow{Seq: fr.Seq, Deleted: fr.Deleted, Values: fr.Values}
+		}
+		row, kind := ix.resolve(r, st, appliedMicros, &p.Counts)
+		if kind == RowStale {
+			continue
+		}
+		positions = append(positions, e.row)
+		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows))})
+		rows = append(rows, row)
+	}
+	if len(positions) == 0 {
+		return rows, nil
+	}
+	add, err := rd.DeleteRows(ctx, old, positions)
+	if err != nil {
+		return nil, fmt.Errorf("plan batch: deletion vector of %s: %w", old.Path, err)
+	}
+	p.replace(id, old, add)
+	p.DeletionVectors = true
+	return rows, nil
+}
+
+// needsStored reports whether resolving r may take a value from the
+// stored row: only a column the winner left unavailable can (a delete
+// leaves every non-key column so, and its tombstone keeps the last values).
+// A full image needs nothing but the index's sequence and deleted flag.
+func needsStored(r *Reduced) bool {
+	for _, v := range r.Winner.Values {
+		if v.IsUnavailable() {
+			return true
+		}
+	}
+	return false
 }
 
 func (ix *KeyIndex) resolve(r *Reduced, stored *StoredRow, appliedMicros int64, c *Counts) (Row, RowKind) {
@@ -235,33 +329,43 @@ func (ix *KeyIndex) resolve(r *Reduced, stored *StoredRow, appliedMicros int64, 
 }
 
 // Apply updates the index after the plan's commit landed.
-func (ix *KeyIndex) Apply(p *Plan) {
-	for i, id := range p.rewrittenIDs {
-		delete(ix.byPath, ix.files[id].Path)
-		ix.files[id] = p.Adds[i]
-		ix.byPath[p.Adds[i].Path] = id
+func (ix *KeyIndex) Apply(p *Plan) error {
+	for _, r := range p.replaced {
+		delete(ix.byPath, ix.files[r.id].Path)
+		ix.files[r.id] = p.Adds[r.add]
+		ix.byPath[p.Adds[r.add].Path] = r.id
 	}
-	newID := fileID(-1)
+	for _, id := range p.gone {
+		delete(ix.byPath, ix.files[id].Path)
+		ix.files[id] = nil
+	}
+	newID := noFile
 	if p.newFile >= 0 {
 		newID = ix.addFile(p.Adds[p.newFile])
 	}
-	for k, e := range p.entries {
-		if p.newKeys[k] {
-			e.file = newID
+	for _, e := range p.pending {
+		file := e.file
+		if file == noFile {
+			file = newID
 		}
-		ix.keys[k] = e
+		if err := ix.upsert(e.key, e.seq, e.deleted, file, e.row); err != nil {
+			return fmt.Errorf("update key index: %w", err)
+		}
 	}
+	return nil
 }
 
 // PlanTruncate marks every live row older than the truncate's sequence as
 // a tombstone at that sequence: a source TRUNCATE is a delete of every row
 // it saw. Rows already newer than the truncate (a later insert that was
 // applied first) stay, and so do tombstones. Only files holding such rows
-// are rewritten.
+// are rewritten (copy-on-write in either mode: a truncate touches most of
+// the table, and a rewrite also drops rows deletion vectors hid).
 func (ix *KeyIndex) PlanTruncate(ctx context.Context, rf RowFiles, seq []byte, sourceTsMicros, appliedMicros int64) (*Plan, error) {
-	p := &Plan{newFile: -1, entries: map[string]indexEntry{}, newKeys: map[string]bool{}}
+	p := newPlan()
 	touched := map[fileID]bool{}
-	for _, e := range ix.keys {
+	for i := range ix.entries {
+		e := ix.state(i)
 		if !e.deleted && bytes.Compare(e.seq, seq) < 0 {
 			touched[e.file] = true
 		}
@@ -279,20 +383,22 @@ func (ix *KeyIndex) PlanTruncate(ctx context.Context, rf RowFiles, seq []byte, s
 		}
 		for i := range rows {
 			r := &rows[i]
+			moved := old.DeletionVector != nil && r.Pos != int64(i)
 			if r.Deleted || bytes.Compare(r.Seq, seq) >= 0 {
+				if moved {
+					p.pending = append(p.pending, pendingEntry{key: EncodeKey(r.Values, ix.layout.Key), seq: r.Seq, deleted: r.Deleted, file: id, row: int64(i)})
+				}
 				continue
 			}
 			r.Deleted, r.Seq, r.SourceTsMicros, r.AppliedMicros = true, seq, sourceTsMicros, appliedMicros
-			p.entries[EncodeKey(r.Values, ix.layout.Key)] = indexEntry{file: id, seq: seq, deleted: true}
+			p.pending = append(p.pending, pendingEntry{key: EncodeKey(r.Values, ix.layout.Key), seq: seq, deleted: true, file: id, row: int64(i)})
 			p.Counts.Delete++
 		}
 		add, err := rf.WriteRows(ctx, rows)
 		if err != nil {
 			return nil, fmt.Errorf("plan truncate: rewrite %s: %w", old.Path, err)
 		}
-		p.Removes = append(p.Removes, old)
-		p.Adds = append(p.Adds, add)
-		p.rewrittenIDs = append(p.rewrittenIDs, id)
+		p.replace(id, old, add)
 	}
 	p.Counts.AppliedRecords = 1
 	return p, nil

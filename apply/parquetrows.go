@@ -2,16 +2,24 @@ package apply
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"unsafe"
 
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
+	"github.com/cdcapply/cdcapply/delta/dv"
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
 // ParquetRowFiles is RowFiles over the table's real Parquet data files.
+// It is also a KeyReader (the key index reads only key, sequence and
+// deleted columns) and a RowDeleter (merge-on-read deletion vectors).
 type ParquetRowFiles struct {
 	store   storage.Storage
 	layout  *Layout
@@ -19,6 +27,12 @@ type ParquetRowFiles struct {
 	arrow   *arrow.Schema
 	options []datafile.WriteOption
 }
+
+// inlineDVLimit is the largest serialized deletion vector kept inline in
+// the log (descriptor storage type "i"); larger ones go to their own file
+// ("u"). Inline vectors cost no file write (no fsync) per touched file, but
+// every later checkpoint carries them, so they are kept small.
+var inlineDVLimit = 1024
 
 // NewParquetRowFiles reads and writes data files of a table of layout l.
 func NewParquetRowFiles(store storage.Storage, l *Layout, opts ...datafile.WriteOption) (*ParquetRowFiles, error) {
@@ -31,9 +45,33 @@ func NewParquetRowFiles(store storage.Storage, l *Layout, opts ...datafile.Write
 		file: datafile.Layout{Schema: st, PartitionColumns: []string{}, Mapping: datafile.MappingNone, NumIndexedCols: 32}}, nil
 }
 
+// readPhysical reads every row of add's data file, deleted or not, and the
+// sorted physical indexes its deletion vector hides (nil without one).
+func (p *ParquetRowFiles) readPhysical(ctx context.Context, add *delta.Add, opts ...datafile.ReadOption) (arrow.RecordBatch, []uint64, error) {
+	plain := *add
+	plain.DeletionVector = nil
+	rec, err := datafile.Read(ctx, p.store, p.file, &plain, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if add.DeletionVector == nil {
+		return rec, nil, nil
+	}
+	bm, err := dv.Load(ctx, p.store, add.DeletionVector)
+	if err != nil {
+		rec.Release()
+		return nil, nil, fmt.Errorf("read data file %s: %w", add.Path, err)
+	}
+	if !bm.IsEmpty() && bm.Maximum() >= uint64(rec.NumRows()) {
+		rec.Release()
+		return nil, nil, fmt.Errorf("read data file %s: deletion vector deletes row %d of %d", add.Path, bm.Maximum(), rec.NumRows())
+	}
+	return rec, bm.ToArray(), nil
+}
+
 // ReadRows implements RowFiles.
 func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, error) {
-	rec, err := datafile.Read(ctx, p.store, p.file, add)
+	rec, deleted, err := p.readPhysical(ctx, add)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +80,140 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
 	}
-	return rows, nil
+	for i := range rows {
+		rows[i].Pos = int64(i)
+	}
+	if len(deleted) == 0 {
+		return rows, nil
+	}
+	kept := rows[:0]
+	d := 0
+	for i := range rows {
+		if d < len(deleted) && deleted[d] == uint64(i) {
+			d++
+			continue
+		}
+		kept = append(kept, rows[i])
+	}
+	return kept, nil
+}
+
+// ReadKeys implements KeyReader: only the key columns, the sequence and
+// the deleted flag are decoded. The key string passed to fn is valid only
+// during the call.
+func (p *ParquetRowFiles) ReadKeys(ctx context.Context, add *delta.Add, fn func(key string, seq []byte, deleted bool, pos int64) error) error {
+	names := append(p.layout.KeyNames(), ColSeq, ColDeleted)
+	rec, deleted, err := p.readPhysical(ctx, add, datafile.Columns(names...))
+	if err != nil {
+		return err
+	}
+	defer rec.Release()
+	index := map[string]int{}
+	for i, f := range rec.Schema().Fields() {
+		index[f.Name] = i
+	}
+	keyCols := make([]arrow.Array, len(p.layout.Key))
+	for i, name := range p.layout.KeyNames() {
+		keyCols[i] = rec.Column(index[name])
+	}
+	seqCol, ok1 := rec.Column(index[ColSeq]).(*array.String)
+	delCol, ok2 := rec.Column(index[ColDeleted]).(*array.Boolean)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("read keys of %s: engine columns have unexpected types", add.Path)
+	}
+	var key, seq []byte
+	d := 0
+	for r := 0; r < int(rec.NumRows()); r++ {
+		if d < len(deleted) && deleted[d] == uint64(r) {
+			d++
+			continue
+		}
+		key = key[:0]
+		for i, col := range keyCols {
+			v, err := valueAt(col, r)
+			if err != nil {
+				return fmt.Errorf("read keys of %s: column %s row %d: %w", add.Path, p.layout.KeyNames()[i], r, err)
+			}
+			key = appendKeyValue(key, v)
+		}
+		if seqCol.IsNull(r) {
+			return fmt.Errorf("read keys of %s: row %d has no %s", add.Path, r, ColSeq)
+		}
+		s := seqCol.Value(r)
+		seq, err = hex.AppendDecode(seq[:0], unsafe.Slice(unsafe.StringData(s), len(s)))
+		if err != nil {
+			return fmt.Errorf("read keys of %s: row %d: %s %q: %w", add.Path, r, ColSeq, s, err)
+		}
+		if err := fn(unsafe.String(unsafe.SliceData(key), len(key)), seq, delCol.Value(r), int64(r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteRows implements RowDeleter: the file's deletion vector becomes the
+// union of the one it has and rows. Small vectors stay inline in the log,
+// larger ones get their own file. The statistics are kept (they still
+// bound the live rows) and marked wide (tightBounds false), as the
+// protocol asks of a file whose vector hides rows the statistics counted.
+func (p *ParquetRowFiles) DeleteRows(ctx context.Context, a *delta.Add, rows []int64) (*delta.Add, error) {
+	bm := roaring64.New()
+	if a.DeletionVector != nil {
+		old, err := dv.Load(ctx, p.store, a.DeletionVector)
+		if err != nil {
+			return nil, err
+		}
+		bm = old
+	}
+	for _, r := range rows {
+		if r < 0 {
+			return nil, fmt.Errorf("negative row index %d", r)
+		}
+		bm.Add(uint64(r))
+	}
+	if n := numRecords(a); n > 0 {
+		if bm.Maximum() >= uint64(n) {
+			return nil, fmt.Errorf("row %d is past the file's %d rows", bm.Maximum(), n)
+		}
+		if bm.GetCardinality() == uint64(n) {
+			return nil, nil
+		}
+	}
+	data, err := dv.EncodeBitmap(bm)
+	if err != nil {
+		return nil, err
+	}
+	var d *delta.DeletionVector
+	if len(data) <= inlineDVLimit {
+		d, err = dv.Inline(bm)
+	} else {
+		d, err = dv.Write(ctx, p.store, bm, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := *a
+	out.DeletionVector = d
+	out.DataChange = true
+	out.Stats = wideStats(a.Stats)
+	return &out, nil
+}
+
+// wideStats returns stats JSON with tightBounds set to false.
+func wideStats(stats string) string {
+	if stats == "" {
+		return ""
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(stats), &m); err != nil {
+		return stats
+	}
+	m["tightBounds"] = json.RawMessage("false")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return stats
+	}
+	return string(out)
 }
 
 // WriteRows implements RowFiles.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -50,6 +51,7 @@ type TableApplier struct {
 	rf       RowFiles // for the current layout
 	keyNames []string
 	clock    func() time.Time
+	mode     MergeMode
 
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
@@ -73,6 +75,22 @@ func NewTableApplier(name, pipeline string, table *delta.Table, newFiles func(*L
 		clock = time.Now
 	}
 	return &TableApplier{name: name, pipeline: pipeline, table: table, newFiles: newFiles, keyNames: keyNames, clock: clock}
+}
+
+// SetMergeMode chooses how batches write rows that replace stored ones
+// (copy-on-write when never called). Merge-on-read needs data files that
+// take deletion vectors; the first merge-on-read commit to an existing
+// table adds the deletionVectors feature to its protocol.
+func (a *TableApplier) SetMergeMode(m MergeMode) error {
+	switch m {
+	case "", CopyOnWrite:
+		a.mode = CopyOnWrite
+	case MergeOnRead:
+		a.mode = MergeOnRead
+	default:
+		return fmt.Errorf("table %s: unknown merge mode %q", a.name, m)
+	}
+	return nil
 }
 
 // Open loads the table's latest snapshot and builds the key index. A
@@ -223,7 +241,7 @@ func (a *TableApplier) LateBeyondHorizon(changes []*Change) (late, kept []*Chang
 	}
 	kept = changes[:0:0]
 	for _, c := range changes {
-		if _, held := a.index.keys[c.Key]; !held && g.Refuse(c.SourceTsMicros) {
+		if !a.index.has(c.Key) && g.Refuse(c.SourceTsMicros) {
 			late = append(late, c)
 			continue
 		}
@@ -247,7 +265,7 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 	}
 	now := a.clock()
 	started := time.Now()
-	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro())
+	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro(), a.mode)
 	if err != nil {
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
 	}
@@ -300,18 +318,42 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 			return nil, fmt.Errorf("create table %s: %w", a.name, err)
 		}
 		created := now.UnixMilli()
-		tx.SetProtocol(tableProtocol)
-		tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: a.name, Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
-			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created,
-			Configuration: map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}})
-	}
-	if a.evolved {
-		md := a.snap.Metadata
-		schemaString, err := delta.SchemaString(a.layout.Schema())
-		if err != nil {
-			return nil, fmt.Errorf("evolve table %s: %w", a.name, err)
+		conf := map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}
+		if a.mode == MergeOnRead {
+			tx.SetProtocol(tableProtocolDV)
+			conf[enableDVProperty] = "true"
+		} else {
+			tx.SetProtocol(tableProtocol)
 		}
-		md.SchemaString = schemaString
+		tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: a.name, Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
+			SchemaString: schemaString, PartitionColumns: []string{}, CreatedTime: &created, Configuration: conf})
+	}
+	enableDV := false
+	if a.snap != nil && plan.DeletionVectors && !hasDeletionVectors(a.snap.Protocol) {
+		p, err := withDeletionVectors(a.snap.Protocol)
+		if err != nil {
+			return nil, fmt.Errorf("apply to table %s: merge-on-read: %w", a.name, err)
+		}
+		tx.SetProtocol(p)
+		enableDV = true
+	}
+	if a.evolved || enableDV {
+		md := a.snap.Metadata
+		if enableDV {
+			conf := make(map[string]string, len(md.Configuration)+1)
+			for k, v := range md.Configuration {
+				conf[k] = v
+			}
+			conf[enableDVProperty] = "true"
+			md.Configuration = conf
+		}
+		if a.evolved {
+			schemaString, err := delta.SchemaString(a.layout.Schema())
+			if err != nil {
+				return nil, fmt.Errorf("evolve table %s: %w", a.name, err)
+			}
+			md.SchemaString = schemaString
+		}
 		tx.SetMetadata(md)
 	}
 	for _, old := range plan.Removes {
@@ -335,7 +377,12 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	}
 	a.snap = committed.Snapshot
 	a.evolved = false
-	a.index.Apply(plan)
+	if err := a.index.Apply(plan); err != nil {
+		// The commit landed; only the index is wrong: rebuild it.
+		if oerr := a.Open(ctx); oerr != nil {
+			return nil, fmt.Errorf("apply to table %s: committed version %d, then %w; reopening: %w", a.name, committed.Version, err, oerr)
+		}
+	}
 	res := &Result{Version: committed.Version, Counts: plan.Counts}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
 	res.Durations.Commit = took
@@ -384,6 +431,41 @@ func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
 // does not change the protocol under a running stream.
 var tableProtocol = delta.Protocol{MinReaderVersion: 1, MinWriterVersion: 7,
 	WriterFeatures: []string{"appendOnly", "invariants", "domainMetadata"}}
+
+// tableProtocolDV is what new merge-on-read tables get: the
+// deletionVectors feature on both sides (reader version 3, so readers
+// without deletion vector support refuse the table instead of returning
+// deleted rows).
+var tableProtocolDV = delta.Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+	ReaderFeatures: []string{delta.FeatureDeletionVectors},
+	WriterFeatures: []string{"appendOnly", "invariants", "domainMetadata", delta.FeatureDeletionVectors}}
+
+// enableDVProperty is the table property that lets writers create
+// deletion vectors.
+const enableDVProperty = "delta.enableDeletionVectors"
+
+func hasDeletionVectors(p delta.Protocol) bool {
+	return p.MinReaderVersion == 3 && p.MinWriterVersion == 7 &&
+		slices.Contains(p.ReaderFeatures, delta.FeatureDeletionVectors) && slices.Contains(p.WriterFeatures, delta.FeatureDeletionVectors)
+}
+
+// withDeletionVectors adds the deletionVectors feature to a table-features
+// protocol (writer 7, reader 1 or 3). Legacy protocols imply feature sets
+// that would have to be listed one by one; they are refused.
+func withDeletionVectors(p delta.Protocol) (delta.Protocol, error) {
+	if p.MinWriterVersion != 7 || (p.MinReaderVersion != 1 && p.MinReaderVersion != 3) {
+		return p, fmt.Errorf("protocol %d/%d: the deletionVectors feature can be added only to a table-features protocol (writer 7, reader 1 or 3)", p.MinReaderVersion, p.MinWriterVersion)
+	}
+	out := delta.Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+		ReaderFeatures: append([]string(nil), p.ReaderFeatures...), WriterFeatures: append([]string(nil), p.WriterFeatures...)}
+	if !slices.Contains(out.ReaderFeatures, delta.FeatureDeletionVectors) {
+		out.ReaderFeatures = append(out.ReaderFeatures, delta.FeatureDeletionVectors)
+	}
+	if !slices.Contains(out.WriterFeatures, delta.FeatureDeletionVectors) {
+		out.WriterFeatures = append(out.WriterFeatures, delta.FeatureDeletionVectors)
+	}
+	return out, nil
+}
 
 // keyColumnsProperty records a table's key columns in its metadata, so a
 // table created with the Kafka record key's fields can be reopened without

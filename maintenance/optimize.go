@@ -213,17 +213,23 @@ func findFile(snap *delta.Snapshot, p string) *delta.Add {
 }
 
 // planGroups bins the candidate files, oldest first so compaction follows
-// the order rows arrived in, into groups up to the target size. A group
-// of one small file is left alone (rewriting it gains nothing) unless its
-// deletion vector hides enough rows.
+// the order rows arrived in, into groups up to the target size. Small
+// files are grouped whether or not deletion vectors hide rows of them
+// (the rewrite drops those rows either way); a group of one small file is
+// left alone (rewriting it gains nothing) unless its deletion vector hides
+// at least DeletedRatio of its rows, and so is a large file below that
+// ratio. Merge-on-read tables thus keep both bounded: the stream's
+// one-file-per-batch output is compacted as small files, and a large file
+// is rewritten once its vector hides enough of it.
 func planGroups(files []*delta.Add, opts OptimizeOptions) [][]string {
 	var small, alone []*delta.Add
+	heavy := func(a *delta.Add) bool { return opts.DeletedRatio > 0 && deletedShare(a) >= opts.DeletedRatio }
 	for _, a := range files {
 		switch {
-		case opts.DeletedRatio > 0 && deletedShare(a) >= opts.DeletedRatio:
-			alone = append(alone, a)
 		case a.Size < opts.TargetSize:
 			small = append(small, a)
+		case heavy(a):
+			alone = append(alone, a)
 		}
 	}
 	sort.SliceStable(small, func(i, j int) bool {
@@ -233,11 +239,21 @@ func planGroups(files []*delta.Add, opts OptimizeOptions) [][]string {
 		return small[i].Path < small[j].Path
 	})
 	var groups [][]string
-	var cur []string
+	var cur []*delta.Add
 	var size int64
 	flush := func() {
 		if len(cur) >= opts.MinFiles {
-			groups = append(groups, cur)
+			g := make([]string, len(cur))
+			for i, a := range cur {
+				g[i] = a.Path
+			}
+			groups = append(groups, g)
+		} else {
+			for _, a := range cur {
+				if heavy(a) {
+					alone = append(alone, a)
+				}
+			}
 		}
 		cur, size = nil, 0
 	}
@@ -245,7 +261,7 @@ func planGroups(files []*delta.Add, opts OptimizeOptions) [][]string {
 		if len(cur) > 0 && size+a.Size > opts.TargetSize {
 			flush()
 		}
-		cur = append(cur, a.Path)
+		cur = append(cur, a)
 		size += a.Size
 	}
 	flush()

@@ -57,6 +57,7 @@ type stream struct {
 	t     testing.TB
 	store *storage.Local
 	a     *apply.TableApplier
+	mode  apply.MergeMode // copy-on-write when empty
 }
 
 func newStream(t testing.TB, dir string) *stream {
@@ -70,6 +71,9 @@ func (s *stream) reopen() {
 	s.t.Helper()
 	newFiles := func(l *apply.Layout) (apply.RowFiles, error) { return apply.NewParquetRowFiles(s.store, l) }
 	s.a = apply.NewTableApplier("orders", "p", delta.Open(s.store), newFiles, []string{"id"}, func() time.Time { return opsNow })
+	if err := s.a.SetMergeMode(s.mode); err != nil {
+		s.t.Fatal(err)
+	}
 	if err := s.a.Open(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}

@@ -1,0 +1,425 @@
+package apply
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// KeyIndex maps every key of a table to where its current row lives (file,
+// physical row index) and what it holds (sequence, deleted), so a batch
+// finds the rows it changes without scanning the table and decides stale
+// changes without reading any file.
+//
+// It is laid out for memory, not for convenience: a Go map[string]struct
+// costs ~175 bytes per key (BenchmarkKeyIndex), too much for tens of
+// millions of keys. Here the key and sequence bytes of every entry sit in
+// one arena, the entries in one slice of 16-byte records, and an
+// open-addressing table of 4-byte slots (linear probing, load at most 3/4)
+// finds an entry by the key's hash. A hash only picks where to look: every
+// probe compares the full key bytes, so two keys never merge.
+type KeyIndex struct {
+	layout *Layout
+	seed   maphash.Seed
+	// slots hold entry index + 1 (0: empty); len is a power of two.
+	slots   []uint32
+	entries []indexEntry
+	// arena holds, per entry, uvarint(len key) key uvarint(len seq) seq.
+	arena []byte
+	// garbage counts arena bytes no entry points at any more (a sequence
+	// that changed length moved its record to the end).
+	garbage int
+
+	files  []*delta.Add // by fileID; nil once a file is gone
+	byPath map[string]fileID
+}
+
+// indexEntry is one key's place: its arena record, file and row.
+type indexEntry struct {
+	// off is the arena offset of the key's record; the top bit is the
+	// deleted flag of the stored row.
+	off  uint64
+	file fileID
+	row  uint32
+}
+
+const deletedBit = 1 << 63
+
+// entryState is an entry decoded for use: the sequence aliases the arena
+// and is valid until the index changes.
+type entryState struct {
+	seq     []byte
+	deleted bool
+	file    fileID
+	row     int64
+}
+
+// NewKeyIndex returns an empty index for a layout.
+func NewKeyIndex(l *Layout) *KeyIndex {
+	return &KeyIndex{layout: l, seed: maphash.MakeSeed(), slots: make([]uint32, 16), byPath: map[string]fileID{}}
+}
+
+// KeyReader is an optional RowFiles capability: reading only what the key
+// index needs (key columns, sequence, deleted flag) of a file's live rows,
+// with their physical row index. BuildKeyIndex uses it when present.
+type KeyReader interface {
+	ReadKeys(ctx context.Context, add *delta.Add, fn func(key string, seq []byte, deleted bool, pos int64) error) error
+}
+
+// BuildKeyIndex reads every live file of a snapshot once (only the key,
+// sequence and deleted columns when rf is a KeyReader). A key found in two
+// rows means the table was written by someone else or is corrupt:
+// applying on top would double rows, so it is an error.
+func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowFiles) (*KeyIndex, error) {
+	ix := NewKeyIndex(l)
+	files := snap.Files()
+	var rows int64
+	for _, add := range files {
+		rows += numRecords(add)
+	}
+	ix.reserve(int(rows))
+	kr, projected := rf.(KeyReader)
+	for _, add := range files {
+		id := ix.addFile(add)
+		put := func(key string, seq []byte, deleted bool, pos int64) error {
+			if _, dup := ix.find(key); dup {
+				return fmt.Errorf("build key index: key %s is in more than one row (file %s)", ix.renderKey(key), add.Path)
+			}
+			return ix.insert(key, seq, deleted, id, pos)
+		}
+		if projected {
+			if err := kr.ReadKeys(ctx, add, put); err != nil {
+				return nil, fmt.Errorf("build key index: %w", err)
+			}
+			continue
+		}
+		rs, err := rf.ReadRows(ctx, add)
+		if err != nil {
+			return nil, fmt.Errorf("build key index: %w", err)
+		}
+		for i, r := range rs {
+			pos := int64(i)
+			if add.DeletionVector != nil {
+				pos = r.Pos
+			}
+			if err := put(EncodeKey(r.Values, l.Key), r.Seq, r.Deleted, pos); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ix, nil
+}
+
+// numRecords is a file's row count from its statistics, 0 when unknown.
+func numRecords(a *delta.Add) int64 {
+	const field = `"numRecords":`
+	i := bytes.Index([]byte(a.Stats), []byte(field))
+	if i < 0 {
+		return 0
+	}
+	var n int64
+	for _, c := range []byte(a.Stats[i+len(field):]) {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+func (ix *KeyIndex) addFile(a *delta.Add) fileID {
+	id := fileID(len(ix.files))
+	ix.files = append(ix.files, a)
+	ix.byPath[a.Path] = id
+	return id
+}
+
+// Len returns the number of keys, tombstones included.
+func (ix *KeyIndex) Len() int { return len(ix.entries) }
+
+// reserve sizes the slot table for n keys without regrowing.
+func (ix *KeyIndex) reserve(n int) {
+	size := len(ix.slots)
+	for size*3/4 < n {
+		size *= 2
+	}
+	if size != len(ix.slots) {
+		ix.rehash(size)
+	}
+	if cap(ix.entries) < n {
+		e := make([]indexEntry, len(ix.entries), n)
+		copy(e, ix.entries)
+		ix.entries = e
+	}
+}
+
+func (ix *KeyIndex) rehash(size int) {
+	ix.slots = make([]uint32, size)
+	mask := uint64(size - 1)
+	for i := range ix.entries {
+		h := maphash.Bytes(ix.seed, ix.keyBytes(i)) & mask
+		for ix.slots[h] != 0 {
+			h = (h + 1) & mask
+		}
+		ix.slots[h] = uint32(i + 1)
+	}
+}
+
+// find returns the entry index of key.
+func (ix *KeyIndex) find(key string) (int, bool) {
+	mask := uint64(len(ix.slots) - 1)
+	h := maphash.String(ix.seed, key) & mask
+	for {
+		s := ix.slots[h]
+		if s == 0 {
+			return 0, false
+		}
+		if string(ix.keyBytes(int(s-1))) == key {
+			return int(s - 1), true
+		}
+		h = (h + 1) & mask
+	}
+}
+
+// record returns the key and sequence bytes of entry i (arena aliases).
+func (ix *KeyIndex) record(i int) (key, seq []byte) {
+	off := ix.entries[i].off &^ deletedBit
+	kl, n := binary.Uvarint(ix.arena[off:])
+	off += uint64(n)
+	key = ix.arena[off : off+kl : off+kl]
+	off += kl
+	sl, n := binary.Uvarint(ix.arena[off:])
+	off += uint64(n)
+	return key, ix.arena[off : off+sl : off+sl]
+}
+
+func (ix *KeyIndex) keyBytes(i int) []byte {
+	k, _ := ix.record(i)
+	return k
+}
+
+// state decodes entry i.
+func (ix *KeyIndex) state(i int) entryState {
+	_, seq := ix.record(i)
+	e := ix.entries[i]
+	return entryState{seq: seq, deleted: e.off&deletedBit != 0, file: e.file, row: int64(e.row)}
+}
+
+// lookup returns the state of key's entry.
+func (ix *KeyIndex) lookup(key string) (entryState, bool) {
+	i, ok := ix.find(key)
+	if !ok {
+		return entryState{}, false
+	}
+	return ix.state(i), true
+}
+
+// has reports whether the table holds key (a tombstone counts).
+func (ix *KeyIndex) has(key string) bool {
+	_, ok := ix.find(key)
+	return ok
+}
+
+func (ix *KeyIndex) appendRecord(key string, seq []byte) (uint64, error) {
+	off := uint64(len(ix.arena))
+	if off >= deletedBit {
+		return 0, fmt.Errorf("key index arena exceeds 2^63 bytes")
+	}
+	ix.arena = binary.AppendUvarint(ix.arena, uint64(len(key)))
+	ix.arena = append(ix.arena, key...)
+	ix.arena = binary.AppendUvarint(ix.arena, uint64(len(seq)))
+	ix.arena = append(ix.arena, seq...)
+	return off, nil
+}
+
+func packEntry(off uint64, deleted bool, file fileID, pos int64) (indexEntry, error) {
+	if pos < 0 || pos > math.MaxUint32 {
+		return indexEntry{}, fmt.Errorf("row index %d is out of the key index's range", pos)
+	}
+	if deleted {
+		off |= deletedBit
+	}
+	return indexEntry{off: off, file: file, row: uint32(pos)}, nil
+}
+
+// insert adds a key the index does not hold.
+func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, pos int64) error {
+	if len(ix.entries) >= math.MaxUint32-1 {
+		return fmt.Errorf("key index holds %d keys, its limit", len(ix.entries))
+	}
+	off, err := ix.appendRecord(key, seq)
+	if err != nil {
+		return err
+	}
+	e, err := packEntry(off, deleted, file, pos)
+	if err != nil {
+		return fmt.Errorf("key %s: %w", ix.renderKey(key), err)
+	}
+	ix.entries = append(ix.entries, e)
+	if len(ix.entries) > len(ix.slots)*3/4 {
+		ix.rehash(len(ix.slots) * 2)
+		return nil
+	}
+	mask := uint64(len(ix.slots) - 1)
+	h := maphash.String(ix.seed, key) & mask
+	for ix.slots[h] != 0 {
+		h = (h + 1) & mask
+	}
+	ix.slots[h] = uint32(len(ix.entries))
+	return nil
+}
+
+// set points entry i at a new row. A sequence of the old length is
+// overwritten in place (the usual case: one connector, one shape); another
+// length moves the record to the end of the arena, and the arena is
+// compacted once more than half of it is garbage.
+func (ix *KeyIndex) set(i int, seq []byte, deleted bool, file fileID, pos int64) error {
+	key, old := ix.record(i)
+	off := ix.entries[i].off &^ deletedBit
+	if len(old) == len(seq) {
+		copy(old, seq)
+	} else {
+		ix.garbage += recordLen(len(key), len(old))
+		var err error
+		if off, err = ix.appendRecord(string(key), seq); err != nil {
+			return err
+		}
+	}
+	e, err := packEntry(off, deleted, file, pos)
+	if err != nil {
+		return fmt.Errorf("key %s: %w", ix.renderKey(string(key)), err)
+	}
+	ix.entries[i] = e
+	if ix.garbage > 1<<20 && ix.garbage > len(ix.arena)/2 {
+		ix.compact()
+	}
+	return nil
+}
+
+func recordLen(k, s int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(k)) + k + binary.PutUvarint(b[:], uint64(s)) + s
+}
+
+// compact copies the live records into a fresh arena.
+func (ix *KeyIndex) compact() {
+	arena := make([]byte, 0, len(ix.arena)-ix.garbage)
+	for i := range ix.entries {
+		key, seq := ix.record(i)
+		off := uint64(len(arena))
+		arena = binary.AppendUvarint(arena, uint64(len(key)))
+		arena = append(arena, key...)
+		arena = binary.AppendUvarint(arena, uint64(len(seq)))
+		arena = append(arena, seq...)
+		ix.entries[i].off = off | ix.entries[i].off&deletedBit
+	}
+	ix.arena, ix.garbage = arena, 0
+}
+
+// upsert sets key's entry, inserting it when new.
+func (ix *KeyIndex) upsert(key string, seq []byte, deleted bool, file fileID, pos int64) error {
+	if i, ok := ix.find(key); ok {
+		return ix.set(i, seq, deleted, file, pos)
+	}
+	return ix.insert(key, seq, deleted, file, pos)
+}
+
+// renderKey shows a canonical key for error messages.
+func (ix *KeyIndex) renderKey(key string) string {
+	vals, err := DecodeKey(key, len(ix.layout.Key))
+	if err != nil {
+		return fmt.Sprintf("%x", key)
+	}
+	full := make([]schema.Value, len(ix.layout.Source))
+	for i, k := range ix.layout.Key {
+		full[k] = vals[i]
+	}
+	return ix.render(full)
+}
+
+func (ix *KeyIndex) render(values []schema.Value) string {
+	var b bytes.Buffer
+	for i, k := range ix.layout.Key {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%v", ix.layout.Source[k].Name, values[k].GoString())
+	}
+	return b.String()
+}
+
+// DecodeKey reads back n values from a canonical key (EncodeKey's
+// inverse, for messages: a decimal comes back without its scale).
+func DecodeKey(key string, n int) ([]schema.Value, error) {
+	b := []byte(key)
+	out := make([]schema.Value, 0, n)
+	for i := 0; i < n; i++ {
+		v, rest, err := decodeKeyValue(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+		b = rest
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("decode key: %d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+func decodeKeyValue(b []byte) (schema.Value, []byte, error) {
+	if len(b) == 0 {
+		return schema.Null, nil, fmt.Errorf("decode key: truncated")
+	}
+	kind, b := schema.Kind(b[0]), b[1:]
+	switch kind {
+	case schema.KindBool, schema.KindInt, schema.KindFloat:
+		if len(b) < 8 {
+			return schema.Null, nil, fmt.Errorf("decode key: truncated number")
+		}
+		return schema.Value{Kind: kind, I: int64(binary.BigEndian.Uint64(b))}, b[8:], nil
+	case schema.KindString, schema.KindBytes:
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l {
+			return schema.Null, nil, fmt.Errorf("decode key: truncated text")
+		}
+		s := string(b[n : n+int(l)])
+		if kind == schema.KindBytes {
+			return schema.Bytes([]byte(s)), b[n+int(l):], nil
+		}
+		return schema.String(s), b[n+int(l):], nil
+	case schema.KindDecimal:
+		if len(b) < 16 {
+			return schema.Null, nil, fmt.Errorf("decode key: truncated decimal")
+		}
+		return schema.Value{Kind: kind, Hi: int64(binary.BigEndian.Uint64(b)), I: int64(binary.BigEndian.Uint64(b[8:]))}, b[16:], nil
+	case schema.KindList, schema.KindStruct, schema.KindMap:
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)) {
+			return schema.Null, nil, fmt.Errorf("decode key: bad element count")
+		}
+		b = b[n:]
+		elems := make([]schema.Value, 0, l)
+		for j := uint64(0); j < l; j++ {
+			v, rest, err := decodeKeyValue(b)
+			if err != nil {
+				return schema.Null, nil, err
+			}
+			elems, b = append(elems, v), rest
+		}
+		switch kind {
+		case schema.KindList:
+			return schema.List(elems...), b, nil
+		case schema.KindStruct:
+			return schema.Struct(elems...), b, nil
+		}
+		return schema.Map(elems...), b, nil
+	}
+	return schema.Value{Kind: kind}, b, nil
+}

@@ -1,0 +1,388 @@
+package apply
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
+	"github.com/google/uuid"
+)
+
+// pgSeq is an 18-byte sequence key shaped like PostgreSQL's
+// (lastCommitLsn, lsn): a presence byte and eight bytes for each.
+func pgSeq(v uint64) []byte {
+	b := make([]byte, 0, 18)
+	b = append(b, 1)
+	b = binary.BigEndian.AppendUint64(b, v)
+	b = append(b, 1)
+	return binary.BigEndian.AppendUint64(b, v)
+}
+
+// genRowFiles is a table held nowhere: ReadRows makes a file's rows on
+// demand (fresh allocations, as a real read does), so what stays live
+// after a key index is built is the index alone.
+type genRowFiles struct {
+	perFile int
+}
+
+func (g genRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, error) {
+	f, err := strconv.Atoi(add.Path)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]Row, g.perFile)
+	vals := make([]schema.Value, 2*g.perFile)
+	for i := range rows {
+		id := int64(f*g.perFile + i)
+		rows[i].Values = vals[2*i : 2*i+2 : 2*i+2]
+		rows[i].Values[0], rows[i].Values[1] = schema.Int(id), schema.String("status")
+		rows[i].Seq = pgSeq(uint64(id) + 1)
+	}
+	return rows, nil
+}
+
+func (g genRowFiles) WriteRows(ctx context.Context, rows []Row) (*delta.Add, error) {
+	return nil, fmt.Errorf("genRowFiles is read-only")
+}
+
+// genSnapshot is a snapshot of files "0".."files-1" (a real log in a temp
+// directory, one commit), read by genRowFiles.
+func genSnapshot(b *testing.B, files int) *delta.Snapshot {
+	b.Helper()
+	ctx := context.Background()
+	tbl := delta.Open(storage.NewLocal(b.TempDir()))
+	tx := tbl.Begin(nil)
+	schemaString, err := delta.SchemaString(refLayout.Schema())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx.SetProtocol(tableProtocol)
+	tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
+		SchemaString: schemaString, PartitionColumns: []string{}, Configuration: map[string]string{}})
+	for f := 0; f < files; f++ {
+		tx.Add(&delta.Add{Path: strconv.Itoa(f), PartitionValues: map[string]*string{}, Size: 1, ModificationTime: 1, DataChange: true})
+	}
+	c, err := tx.Commit(ctx, "WRITE", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c.Snapshot
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkKeyIndex builds the key index of a table of 1M keys (integer
+// keys, 18-byte PostgreSQL-shaped sequences) from rows made in memory, and
+// reports the heap the finished index holds per key and the build time per
+// key. Rows are generated, not decoded, so this is the index's own cost.
+func BenchmarkKeyIndex(b *testing.B) {
+	const files, perFile = 100, 10_000
+	const keys = files * perFile
+	ctx := context.Background()
+	snap := genSnapshot(b, files)
+	rf := genRowFiles{perFile: perFile}
+	var bytesPerKey float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		before := heapInUse()
+		b.StartTimer()
+		ix, err := BuildKeyIndex(ctx, refLayout, snap, rf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		after := heapInUse()
+		if ix.Len() != keys {
+			b.Fatalf("index holds %d keys, want %d", ix.Len(), keys)
+		}
+		bytesPerKey = float64(after-before) / keys
+		runtime.KeepAlive(ix)
+		b.StartTimer()
+	}
+	b.ReportMetric(bytesPerKey, "bytes/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/key")
+}
+
+// The scale benchmark's table: an integer key and nine columns of the
+// usual kinds, as the issue's 10-column workload.
+var scaleLayout = func() *Layout {
+	l, err := NewLayout([]delta.StructField{
+		{Name: "id", Type: delta.Long, Nullable: false},
+		{Name: "customer_id", Type: delta.Long, Nullable: true},
+		{Name: "status", Type: delta.String, Nullable: true},
+		{Name: "amount", Type: delta.Double, Nullable: true},
+		{Name: "quantity", Type: delta.Integer, Nullable: true},
+		{Name: "note", Type: delta.String, Nullable: true},
+		{Name: "created_at", Type: delta.Timestamp, Nullable: true},
+		{Name: "updated_at", Type: delta.Timestamp, Nullable: true},
+		{Name: "flag", Type: delta.Boolean, Nullable: true},
+		{Name: "region", Type: delta.String, Nullable: true},
+	}, []string{"id"})
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()
+
+var scaleStatuses = []string{"new", "paid", "shipped", "delivered", "returned"}
+var scaleRegions = []string{"eu-west", "eu-north", "us-east", "us-west", "ap-south"}
+
+func scaleValues(id int64, version uint64) []schema.Value {
+	return []schema.Value{
+		schema.Int(id), schema.Int(id % 9973), schema.String(scaleStatuses[(uint64(id)+version)%5]),
+		schema.Float(float64(id%100000) / 100), schema.Int(int64(version % 50)),
+		schema.String(fmt.Sprintf("order %d version %d", id, version)),
+		schema.Int(1_700_000_000_000_000 + id), schema.Int(1_700_000_000_000_000 + id + int64(version)),
+		schema.Bool(id%2 == 0), schema.String(scaleRegions[id%5]),
+	}
+}
+
+const scalePerFile = 100_000
+
+// scaleTable returns the directory of a cached table of n rows (keys
+// 0..n-1, sequence 1, files of 100k rows), building it on first use under
+// .cache/bench/ at the repository root. The cache is never written after
+// it is complete: runs work on hard-linked copies (cloneTable).
+func scaleTable(b *testing.B, n int) string {
+	b.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".cache", "bench", "merge-scale"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(root, fmt.Sprintf("rows-%d-v1", n))
+	if _, err := os.Stat(filepath.Join(dir, "_delta_log")); err == nil {
+		return dir
+	}
+	ctx := context.Background()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(root, "building-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	store := storage.NewLocal(tmp)
+	rf, err := NewParquetRowFiles(store, scaleLayout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	started := time.Now()
+	tx := delta.Open(store).Begin(nil)
+	schemaString, err := delta.SchemaString(scaleLayout.Schema())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx.SetProtocol(tableProtocol)
+	tx.SetMetadata(delta.Metadata{ID: uuid.NewString(), Name: "orders", Format: delta.Format{Provider: "parquet", Options: map[string]string{}},
+		SchemaString: schemaString, PartitionColumns: []string{},
+		Configuration: map[string]string{keyColumnsProperty: keyColumnsValue(scaleLayout.KeyNames())}})
+	seq := pgSeq(1)
+	rows := make([]Row, 0, scalePerFile)
+	for from := 0; from < n; from += scalePerFile {
+		rows = rows[:0]
+		for id := from; id < min(from+scalePerFile, n); id++ {
+			rows = append(rows, Row{Values: scaleValues(int64(id), 1), Seq: seq, SourceTsMicros: 1_700_000_000_000_000, AppliedMicros: 1_700_000_000_000_000})
+		}
+		add, err := rf.WriteRows(ctx, rows)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tx.Add(add)
+	}
+	if _, err := tx.Commit(ctx, "WRITE", nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("built the %d-row table in %s", n, time.Since(started).Round(time.Millisecond))
+	return dir
+}
+
+// cloneTable hard-links every file of a cached table into a fresh
+// directory beside it (same file system). Data files are never written
+// in place and log files are replaced by rename, so the cache is safe.
+func cloneTable(b *testing.B, src string) string {
+	b.Helper()
+	dst, err := os.MkdirTemp(filepath.Dir(src), "run-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dst) })
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		return os.Link(p, filepath.Join(dst, rel))
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dst
+}
+
+// scaleBatch is one batch of changes into a table of keys 0..n-1: 80%
+// full-image updates of random existing keys, 20% inserts of new keys
+// (from next on), at sequence seq, as one Kafka partition's range.
+func scaleBatch(rng *rand.Rand, n int, size int, next *int64, seq uint64, off int64) *Batch {
+	changes := make([]*Change, 0, size)
+	s := pgSeq(seq)
+	for i := 0; i < size; i++ {
+		var id int64
+		if i%5 == 4 {
+			id = *next
+			*next++
+		} else {
+			id = rng.Int64N(int64(n))
+		}
+		c := &Change{Seq: s, Pos: Position{"orders", 0, off + int64(i)}, SourceTsMicros: 1_700_000_000_000_000 + int64(seq),
+			Values: scaleValues(id, seq)}
+		c.Key = EncodeKey(c.Values, scaleLayout.Key)
+		changes = append(changes, c)
+	}
+	tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
+	return &Batch{Changes: changes, Read: size,
+		Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: off, Next: off + int64(size)}}}
+}
+
+func scaleLargeRows(b *testing.B) int {
+	if v := os.Getenv("CDCAPPLY_BENCH_LARGE_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("CDCAPPLY_BENCH_LARGE_ROWS=%q: not a positive row count", v)
+		}
+		return n
+	}
+	return 10_000_000
+}
+
+// openScale opens an applier on a fresh clone of the cached n-row table.
+func openScale(b *testing.B, n int, mode string) *TableApplier {
+	b.Helper()
+	dir := cloneTable(b, scaleTable(b, n))
+	store := storage.NewLocal(dir)
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+	a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
+	if err := setScaleMode(a, mode); err != nil {
+		b.Fatal(err)
+	}
+	started := time.Now()
+	if err := a.Open(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("opened the %d-row table (key index built) in %s", n, time.Since(started).Round(time.Millisecond))
+	return a
+}
+
+// BenchmarkMergeScale is the scale figure of issue 5: the same kind of
+// 10k-change batch (80% updates of random existing keys, 20% new keys)
+// applied to a 100k-row table and to a 10M-row table (files of 100k rows;
+// CDCAPPLY_BENCH_LARGE_ROWS overrides the large size), one of each per
+// iteration. It reports the time of each apply (plan, data files, commit)
+// and their ratio; opening the tables is not timed.
+//
+//	go test ./apply/ -run XXX -bench BenchmarkMergeScale -benchtime 3x
+func BenchmarkMergeScale(b *testing.B) {
+	for _, mode := range scaleModes {
+		b.Run(mode, func(b *testing.B) {
+			const small, batch = 100_000, 10_000
+			large := scaleLargeRows(b)
+			ctx := context.Background()
+			as, al := openScale(b, small, mode), openScale(b, large, mode)
+			rng := rand.New(rand.NewPCG(5, 5))
+			nextS, nextL := int64(small), int64(large)
+			var tSmall, tLarge time.Duration
+			var filesSmall, filesLarge int
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				seq, off := uint64(i+2), int64(i*batch)
+				bs := scaleBatch(rng, small, batch, &nextS, seq, off)
+				bl := scaleBatch(rng, large, batch, &nextL, seq, off)
+				started := time.Now()
+				rs, err := as.Apply(ctx, bs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tSmall += time.Since(started)
+				started = time.Now()
+				rl, err := al.Apply(ctx, bl)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tLarge += time.Since(started)
+				if rs.Counts.Update+rs.Counts.Insert != batch || rl.Counts.Update+rl.Counts.Insert != batch {
+					b.Fatalf("counts small %+v large %+v, want %d rows each", rs.Counts, rl.Counts, batch)
+				}
+				filesSmall += rs.Files.Added + rs.Files.Removed
+				filesLarge += rl.Files.Added + rl.Files.Removed
+			}
+			b.ReportMetric(float64(tSmall.Nanoseconds())/float64(b.N), "ns/batch-100k")
+			b.ReportMetric(float64(tLarge.Nanoseconds())/float64(b.N), fmt.Sprintf("ns/batch-%s", rowsLabel(large)))
+			b.ReportMetric(float64(tLarge)/float64(tSmall), "large/small")
+			b.ReportMetric(float64(filesSmall)/float64(b.N), "actions/batch-100k")
+			b.ReportMetric(float64(filesLarge)/float64(b.N), fmt.Sprintf("actions/batch-%s", rowsLabel(large)))
+		})
+	}
+}
+
+func rowsLabel(n int) string {
+	switch {
+	case n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n%1_000 == 0:
+		return fmt.Sprintf("%dk", n/1_000)
+	}
+	return strconv.Itoa(n)
+}
+
+// BenchmarkOpenIndex opens a cached 1M-row table (ten files of 100k rows
+// of the scale layout): snapshot plus key index built from the data files.
+func BenchmarkOpenIndex(b *testing.B) {
+	const n = 1_000_000
+	dir := scaleTable(b, n)
+	store := storage.NewLocal(dir)
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
+		if err := a.Open(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if a.index.Len() != n {
+			b.Fatalf("index holds %d keys, want %d", a.index.Len(), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
+}
+
+// scaleModes are the merge modes BenchmarkMergeScale compares.
+var scaleModes = []string{string(CopyOnWrite), string(MergeOnRead)}
+
+func setScaleMode(a *TableApplier, mode string) error {
+	return a.SetMergeMode(MergeMode(mode))
+}
