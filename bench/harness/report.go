@@ -294,9 +294,11 @@ func costBySize(bs []BatchStat) []CostBucket {
 	return out
 }
 
-// series buckets the run by second of commit time: records committed in
-// that second, freshness quantiles of those batches (the worst batch's),
-// and the largest RSS sample.
+// series buckets the run by second: the records of each commit spread
+// evenly over the time since the previous commit (so a commit every few
+// seconds reads as a rate, not a spike), the freshness quantiles of the
+// batches committed in that second (the worst batch's), and the largest RSS
+// sample.
 func series(e *EngineResult) []SeriesPoint {
 	if len(e.Batches) == 0 {
 		return nil
@@ -306,11 +308,24 @@ func series(e *EngineResult) []SeriesPoint {
 	for i := range pts {
 		pts[i].T = float64(i + 1)
 	}
+	prev := e.FirstAt
 	for _, b := range e.Batches {
 		i := min(int(b.At/1000), n-1)
-		pts[i].EventsPerSec += float64(b.Records)
 		pts[i].FreshP50 = max(pts[i].FreshP50, b.FreshP50)
 		pts[i].FreshP99 = max(pts[i].FreshP99, b.FreshP99)
+		from, to := max(prev, 0), b.At
+		prev = b.At
+		if to <= from {
+			pts[i].EventsPerSec += float64(b.Records)
+			continue
+		}
+		per := float64(b.Records) / (to - from) // records per ms
+		for s := int(from / 1000); s <= min(int(to/1000), n-1); s++ {
+			lo, hi := max(from, float64(s)*1000), min(to, float64(s+1)*1000)
+			if hi > lo {
+				pts[s].EventsPerSec += per * (hi - lo)
+			}
+		}
 	}
 	for _, s := range e.Samples {
 		i := min(int(s.At/1000), n-1)

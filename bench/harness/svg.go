@@ -8,40 +8,58 @@ import (
 	"strings"
 )
 
-// series is one line of a panel.
+// line is one line of a panel.
 type line struct {
 	name  string
 	color string
+	xs    []float64 // seconds
 	ys    []float64
 }
 
 // WriteSVG plots the run over time, one panel each: throughput (records
-// committed per second), freshness (the worst committed batch's p50 and
-// p99 per second) and the engine's RSS. A plain SVG file, no dependencies.
+// committed per second, each commit's records spread over the time since
+// the previous one), per commit either the batch's freshness p50 and p99
+// (rate runs, wall-clock source times) or its plan + commit time
+// (preproduced runs), and the engine's RSS. A plain SVG file, no
+// dependencies.
 func (r *Report) WriteSVG(path string) error {
-	if len(r.Series) == 0 {
+	if len(r.Series) == 0 || r.Engine == nil {
 		return fmt.Errorf("bench: no series to plot (failed run)")
 	}
-	xs := make([]float64, len(r.Series))
-	ev := make([]float64, len(r.Series))
-	p50 := make([]float64, len(r.Series))
-	p99 := make([]float64, len(r.Series))
-	rss := make([]float64, len(r.Series))
-	for i, p := range r.Series {
-		xs[i], ev[i], p50[i], p99[i], rss[i] = p.T, p.EventsPerSec, p.FreshP50, p.FreshP99, float64(p.RSS)/(1<<20)
+	var secs, ev []float64
+	for _, p := range r.Series {
+		secs, ev = append(secs, p.T-0.5), append(ev, p.EventsPerSec)
 	}
+	var at, p50, p99, apply []float64
+	for _, b := range r.Engine.Batches {
+		at = append(at, b.At/1000)
+		p50, p99, apply = append(p50, b.FreshP50), append(p99, b.FreshP99), append(apply, b.PlanMs+b.CommitMs)
+	}
+	var st, rss []float64
+	for _, s := range r.Engine.Samples {
+		st, rss = append(st, s.At/1000), append(rss, float64(s.RSS)/(1<<20))
+	}
+	xmax := r.Engine.DoneAt / 1000
 	const w, ph, top = 900.0, 200.0, 40.0
 	var b strings.Builder
 	h := top + 3*(ph+50)
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	o := r.Options.Workload
-	title := fmt.Sprintf("cdcapply bench: %d keys, %d changes, %d columns, rate %s; %.0f events/s, freshness p99 %.0f ms",
-		o.Keys, o.Events, o.Columns, rateText(r.Options.Rate), r.Throughput.EventsPerSec, r.Freshness.P99)
+	title := fmt.Sprintf("cdcapply bench: %d keys, %d changes, %d columns, rate %s; %.0f events/s",
+		o.Keys, o.Events, o.Columns, rateText(r.Options.Rate), r.Throughput.EventsPerSec)
+	if r.Freshness.WallClock {
+		title += fmt.Sprintf(", freshness p99 %.0f ms", r.Freshness.P99)
+	}
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="13">%s</text>`+"\n", html.EscapeString(title))
-	panel(&b, top, w, ph, "records committed per second", xs, []line{{"events/s", "#1f77b4", ev}})
-	panel(&b, top+ph+50, w, ph, "freshness per second (worst batch), ms", xs, []line{{"p50", "#2ca02c", p50}, {"p99", "#d62728", p99}})
-	panel(&b, top+2*(ph+50), w, ph, "engine RSS, MiB", xs, []line{{"RSS", "#9467bd", rss}})
+	panel(&b, top, w, ph, xmax, "records committed per second", []line{{"events/s", "#1f77b4", secs, ev}})
+	if r.Freshness.WallClock {
+		panel(&b, top+ph+50, w, ph, xmax, "freshness of each committed batch, ms (source commit to table commit)",
+			[]line{{"p50", "#2ca02c", at, p50}, {"p99", "#d62728", at, p99}})
+	} else {
+		panel(&b, top+ph+50, w, ph, xmax, "plan + write + commit time of each batch, ms", []line{{"apply", "#ff7f0e", at, apply}})
+	}
+	panel(&b, top+2*(ph+50), w, ph, xmax, "engine RSS, MiB", []line{{"RSS", "#9467bd", st, rss}})
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -68,10 +86,9 @@ func niceStep(span float64, n int) float64 {
 	return 10 * mag
 }
 
-func panel(b *strings.Builder, y0, w, h float64, title string, xs []float64, lines []line) {
+func panel(b *strings.Builder, y0, w, h, xmax float64, title string, lines []line) {
 	const left, right = 70.0, 20.0
 	pw := w - left - right
-	xmax := xs[len(xs)-1]
 	ymax := 0.0
 	for _, l := range lines {
 		for _, y := range l.ys {
@@ -95,7 +112,7 @@ func panel(b *strings.Builder, y0, w, h float64, title string, xs []float64, lin
 	for i, l := range lines {
 		var pts []string
 		for j, y := range l.ys {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(xs[j]), py(y)))
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(l.xs[j]), py(y)))
 		}
 		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", l.color, strings.Join(pts, " "))
 		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", left+pw-60*float64(len(lines)-i), y0+14, l.color, html.EscapeString(l.name))
