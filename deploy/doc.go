@@ -4,5 +4,5 @@
 // systemd unit (systemd/). The package has no code of its own; its tests
 // check those files against the metrics the engine really registers and
 // run the validators (promtool, kubernetes-validate, the ServiceMonitor
-// CRD schema, systemd-analyze). design/operations-deploy.md is the record.
+// CRD schema, systemd-analyze). design/deploy.md is the record.
 package deploy
