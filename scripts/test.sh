@@ -13,6 +13,8 @@
 #   CDCAPPLY_PYTHON  python with deltalake (default: the venv that
 #                    scripts/python-env.sh builds or finds at <repo>/.venv)
 #   GOTESTFLAGS      extra flags for go test (e.g. "-run TestInterop")
+#   CDCAPPLY_E2E     1 runs scripts/e2e.sh after the Go tests (the end-to-end
+#                    comparison against real PostgreSQL, Debezium and Kafka)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,9 +95,22 @@ if [[ $gotest -eq 0 && "$fuzztime" != "0" ]]; then
 		sed -E 's/^([^:]*):func (Fuzz[A-Za-z0-9_]*)\(/\1:\2/' | sort -u)
 fi
 
-failed=$((failed + fuzzfailed))
+# The end-to-end comparison against real PostgreSQL, Debezium and Kafka
+# (scripts/e2e.sh starts and stops its own stack). Minutes, so only when
+# asked: CDCAPPLY_E2E=1 (.ci/run sets it). It runs even when a Go test
+# failed, so a CI run always reports it.
+e2efailed=0
+if [[ "${CDCAPPLY_E2E:-0}" == "1" ]]; then
+	step "end-to-end: scripts/e2e.sh (PostgreSQL -> Debezium -> Kafka -> cdcapply -> deltalake)"
+	if ! "$repo/scripts/e2e.sh" 2>&1 | tee "$logdir/e2e.log"; then
+		echo "--- FAIL: end-to-end (log .cache/test/e2e.log, services' logs .cache/e2e/run/)"
+		e2efailed=1
+	fi
+fi
+
+failed=$((failed + fuzzfailed + e2efailed))
 echo
 echo "test.sh: $passed passed, $failed failed, $skipped skipped"
-if [[ $gotest -ne 0 || $fuzzfailed -ne 0 ]]; then
+if [[ $gotest -ne 0 || $fuzzfailed -ne 0 || $e2efailed -ne 0 ]]; then
 	exit 1
 fi
