@@ -219,8 +219,14 @@ func (g *Generator) snapshotRead() {
 	s.first, s.lsn = 0, g.cfg.StartLSN
 	s.valStamp, s.docStamp = g.cfg.StartLSN, g.cfg.StartLSN
 	g.setLive(id, s)
+	// A snapshot read's source time is when the connector read the row:
+	// the wall clock when Clock is set (freshness runs), else StartTime.
+	ts := g.cfg.StartTime
+	if g.cfg.Clock != nil {
+		ts = g.cfg.Clock()
+	}
 	ch := &Change{Op: debezium.OpRead, ID: id, Seq: pgSequence(0, g.cfg.StartLSN, true),
-		SourceTsMs: g.cfg.StartTime.UnixMilli(), TxID: g.txID, valStamp: s.valStamp, docStamp: s.docStamp, docChanged: true}
+		SourceTsMs: ts.UnixMilli(), TxID: g.txID, valStamp: s.valStamp, docStamp: s.docStamp, docChanged: true}
 	snap := "true"
 	if g.snapshotted == g.cfg.SnapshotKeys {
 		snap = "last"

@@ -110,7 +110,7 @@ func TestProduceAtPacesAndStampsTime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := busy(8)
-	cfg.Events, cfg.SnapshotKeys = 1500, 0
+	cfg.Events, cfg.SnapshotKeys = 1500, 100 // snapshot reads are stamped by the clock too
 	cfg.Clock = time.Now
 	g := newGen(t, cfg)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
