@@ -24,7 +24,8 @@ trap 'kill "$demo" 2>/dev/null || true' EXIT
 .cache/opsplot/opsplot -url "http://$addr/metrics" -out docs/ops-demo.svg -csv docs/ops-demo.csv \
 	-title "cdcapply demo: the series an SRE watches, scraped from /metrics every 1s" \
 	-caption "made by: scripts/ops-plot.sh ${args[*]}
-i.e. cdcapply demo -metrics-address $addr ${args[*]} (real engine, in-process Kafka, 3 partitions), scraped every 1s by deploy/opsplot"
+= cdcapply demo -metrics-address $addr ${args[*]}
+(the real engine; in-process Kafka, 3 partitions; scraped every 1s by deploy/opsplot)"
 wait "$demo"
 trap - EXIT
 cat .cache/opsplot/demo.log

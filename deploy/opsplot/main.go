@@ -33,8 +33,15 @@ func main() {
 	csvOut := flag.String("csv", "docs/ops-demo.csv", "CSV of the samples to write")
 	title := flag.String("title", "cdcapply demo", "chart title")
 	caption := flag.String("caption", "", "lines under the title (a newline separates them): the command that produced the run")
+	fromCSV := flag.Bool("from-csv", false, "do not scrape: draw the samples already in -csv again")
 	flag.Parse()
-	samples, err := scrape(context.Background(), *url, *interval, *wait)
+	var samples []sample
+	var err error
+	if *fromCSV {
+		samples, err = readCSV(*csvOut)
+	} else {
+		samples, err = scrape(context.Background(), *url, *interval, *wait)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "opsplot:", err)
 		os.Exit(1)
@@ -43,9 +50,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "opsplot: only %d samples\n", len(samples))
 		os.Exit(1)
 	}
-	if err := writeCSV(*csvOut, samples); err != nil {
-		fmt.Fprintln(os.Stderr, "opsplot:", err)
-		os.Exit(1)
+	if !*fromCSV {
+		if err := writeCSV(*csvOut, samples); err != nil {
+			fmt.Fprintln(os.Stderr, "opsplot:", err)
+			os.Exit(1)
+		}
 	}
 	svg := render(samples, *window, *title, *caption)
 	if err := os.WriteFile(*out, []byte(svg), 0o644); err != nil {
@@ -241,6 +250,60 @@ func writeCSV(path string, samples []sample) error {
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())
+}
+
+// readCSV reads what writeCSV wrote.
+func readCSV(path string) ([]sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) < 2 {
+		return nil, fmt.Errorf("%s: no samples", path)
+	}
+	head := rows[0]
+	num := func(v string) (float64, error) {
+		if v == "" {
+			return math.NaN(), nil
+		}
+		return strconv.ParseFloat(v, 64)
+	}
+	var out []sample
+	for _, row := range rows[1:] {
+		if len(row) != len(head) {
+			return nil, fmt.Errorf("%s: a row of %d fields, header has %d", path, len(row), len(head))
+		}
+		s := sample{lag: map[string]float64{}}
+		for i, h := range head {
+			v, err := num(row[i])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, h, err)
+			}
+			switch {
+			case h == "t_seconds":
+				s.t = v
+			case strings.HasPrefix(h, "lag "):
+				s.lag[strings.TrimPrefix(h, "lag ")] = v
+			case h == "freshness_seconds":
+				s.freshness = v
+			case h == "records_total":
+				s.records = v
+			case h == "rows_written_total":
+				s.rows = v
+			case h == "table_version":
+				s.version = v
+			default:
+				return nil, fmt.Errorf("%s: unknown column %q", path, h)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // series is one line of a panel.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,25 @@ go_goroutines 12
 	}
 	if _, err := parse(strings.NewReader("cdcapply_table_version{table=orders} 1\n")); err == nil {
 		t.Error("unquoted label value accepted")
+	}
+}
+
+func TestCSVRoundTrip(t *testing.T) {
+	in := []sample{
+		{t: 0, lag: map[string]float64{"t[0]": 1}, freshness: math.NaN(), version: math.NaN()},
+		{t: 1.5, lag: map[string]float64{"t[0]": 0}, freshness: 2.25, records: 10, rows: 8, version: 3},
+	}
+	p := filepath.Join(t.TempDir(), "s.csv")
+	if err := writeCSV(p, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := readCSV(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 || out[1].t != 1.5 || out[1].lag["t[0]"] != 0 || out[0].lag["t[0]"] != 1 ||
+		!math.IsNaN(out[0].freshness) || out[1].freshness != 2.25 || out[1].records != 10 || out[1].rows != 8 || out[1].version != 3 {
+		t.Errorf("round trip: %+v", out)
 	}
 }
 
