@@ -153,7 +153,7 @@ def main(argv):
     events = batches = changes = 0
     t_input = t_parse = t_merge = 0.0
     dt = None
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     for lines in pc.batches(args.input, args.batch_size, args.max_batches):
         t0 = time.perf_counter()
         src, nch, tin = red.reduce(lines)
@@ -182,12 +182,12 @@ def main(argv):
                      f"{metrics.get('num_target_rows_updated', 0)} upd, "
                      f"{metrics.get('num_target_files_added', 0)} files added, "
                      f"{metrics.get('num_target_files_removed', 0)} removed)")
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     if dt is None:
         raise SystemExit(f"{args.input}: no records")
     pc.emit({
         "peer": PEER, "events": events, "seconds": round(seconds, 3), "batches": batches,
-        "changes": changes, "input_seconds": round(t_input, 3), "parse_reduce_seconds": round(t_parse, 3), "merge_seconds": round(t_merge, 3),
+        "cpu_seconds": round(cpu, 3), "changes": changes, "input_seconds": round(t_input, 3), "parse_reduce_seconds": round(t_parse, 3), "merge_seconds": round(t_merge, 3),
         "table_version": dt.version(),
         "versions": {"deltalake": deltalake_version, "pyarrow": pa.__version__, "python": sys.version.split()[0]},
     })

@@ -9,6 +9,7 @@ Nothing here is timed on its own; each peer decides what its clock covers
 import argparse
 import base64
 import json
+import os
 import sys
 import time
 
@@ -98,6 +99,15 @@ def first_value(path):
             if rec.get("value_b64"):
                 return loads(base64.b64decode(rec["value_b64"]))
     raise ValueError(f"{path}: no record with a value")
+
+
+def proc_cpu_seconds(pid):
+    """User + system CPU seconds of process pid (all its threads) from
+    /proc/<pid>/stat; the machine is shared, so the peers report CPU time
+    beside wall time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _part(x):
