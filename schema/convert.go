@@ -52,6 +52,19 @@ var (
 	pgNegInfinityDate = daysFromCivil(-5877611, 6, 22)
 )
 
+// The same infinities in a snapshot read: there the value comes through
+// JDBC, pgjdbc turns 'infinity' into a java.sql.Date of its sentinel instant
+// (+-9223372036825200000 ms), and Debezium casts that date's LocalDate epoch
+// day (about +-1e11) to int32, which wraps. +infinity was seen on the wire by
+// scripts/e2e.sh (a snapshot row); -infinity is the same JDK computation,
+// java.sql.Date(-9223372036832400000).toLocalDate().toEpochDay() cast to int.
+// Both lie far outside PostgreSQL's date range (4713 BC to 5874897 AD), so
+// no real date is mistaken for them.
+const (
+	pgSnapshotInfinityDate    int64 = -622191234
+	pgSnapshotNegInfinityDate int64 = -625821272
+)
+
 // daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
 // date (astronomical year numbering), valid far beyond time.Time's range.
 func daysFromCivil(y, m, d int64) int64 {
@@ -118,9 +131,9 @@ func (t *Type) FromInt(v int64) (Value, error) {
 		return Int(v), nil
 	case LogicalDate:
 		switch v {
-		case pgInfinityDate:
+		case pgInfinityDate, pgSnapshotInfinityDate:
 			return Int(MaxDateDays), nil
-		case pgNegInfinityDate:
+		case pgNegInfinityDate, pgSnapshotNegInfinityDate:
 			return Int(MinDateDays), nil
 		}
 		if v < math.MinInt32 || v > math.MaxInt32 {
