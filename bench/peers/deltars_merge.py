@@ -177,7 +177,7 @@ def main(argv):
         t_input += tin
         t_parse += t1 - t0 - tin
         t_merge += t2 - t1
-        pc.log(PEER, f"batch {batches}: {len(lines)} records, {src.num_rows} keys, input {tin:.2f}s, parse+reduce {t1 - t0 - tin:.2f}s, "
+        pc.log(PEER, f"batch {batches}: cpu {time.process_time() - cpu0:.1f}s so far; {len(lines)} records, {src.num_rows} keys, input {tin:.2f}s, parse+reduce {t1 - t0 - tin:.2f}s, "
                      f"merge {t2 - t1:.2f}s (+{metrics.get('num_target_rows_inserted', 0)} ins, "
                      f"{metrics.get('num_target_rows_updated', 0)} upd, "
                      f"{metrics.get('num_target_files_added', 0)} files added, "

@@ -92,6 +92,7 @@ def run(args, cols, key, rest, table, work):
     pc.log(PEER, f"input cut into {nfiles} batch files ({nlines} records) in {split_seconds:.1f}s")
 
     t0 = time.perf_counter()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import pyspark
     from delta.tables import DeltaTable
     from pyspark.sql import SparkSession, Window
@@ -107,6 +108,13 @@ def run(args, cols, key, rest, table, work):
         # driver is the executor in local mode.
         .config("spark.driver.memory", os.environ.get("CDCAPPLY_SPARK_DRIVER_MEMORY", "6g"))
         .config("spark.sql.shuffle.partitions", "4")
+        # Loopback only (the machine's other addresses are not ours to use),
+        # and timeouts that survive a loaded machine: a late heartbeat must
+        # not fail a batch.
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.network.timeout", "900s")
+        .config("spark.executor.heartbeatInterval", "60s")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
