@@ -127,9 +127,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	rep := &Report{Started: time.Now().UTC(), Host: hostInfo(), Options: o.summary()}
 	wcfg := o.Workload
-	if len(o.Brokers) > 0 && wcfg.Server == "" {
-		// Fresh topics on a real broker, so predicted offsets hold.
-		wcfg.Server = fmt.Sprintf("bench%d", time.Now().Unix())
+	if len(o.Brokers) > 0 {
+		// Fresh topics on a real broker: the engine reads its topic from
+		// offset 0 and the ends must be this run's.
+		wcfg.Server = fmt.Sprintf("%s%d", wcfg.Server, time.Now().Unix())
 	}
 	brokers := o.Brokers
 	if len(brokers) == 0 {

@@ -170,3 +170,26 @@ func TestHistQuantiles(t *testing.T) {
 		t.Error("empty histogram")
 	}
 }
+
+// TestSmokeRealKafka runs the smoke through a real broker (scripts/kafka.sh
+// start, CDCAPPLY_KAFKA_BROKERS): fresh topics per run, replication factor
+// from the broker. Skips without one, fails under CI=true.
+func TestSmokeRealKafka(t *testing.T) {
+	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
+	if b == "" {
+		msg := "no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	o := smokeOptions(t)
+	o.Brokers = strings.Split(b, ",")
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.OK || rep.Throughput.Records != rep.Counts.TableRecords {
+		t.Fatalf("not verified or not the whole stream: %+v %+v", rep.Verify, rep.Throughput)
+	}
+}
