@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/schema"
@@ -52,8 +53,28 @@ func decodeB64(s *string) ([]byte, error) {
 	return b, err
 }
 
-// loadRealRuns reads every recorded run; none yet is not an error.
+// realRunsCache keeps the recorded runs once read: every real-fixture
+// test reads them all, and the end-to-end runs alone hold ~12k records.
+// Tests only read the records.
+var realRunsCache struct {
+	sync.Mutex
+	runs   []realRun
+	loaded bool
+}
+
+// loadRealRuns reads every recorded run (once per test binary); none yet
+// is not an error.
 func loadRealRuns(t testing.TB) []realRun {
+	realRunsCache.Lock()
+	defer realRunsCache.Unlock()
+	if !realRunsCache.loaded {
+		realRunsCache.runs = readRealRuns(t)
+		realRunsCache.loaded = true
+	}
+	return realRunsCache.runs
+}
+
+func readRealRuns(t testing.TB) []realRun {
 	dirs, _ := filepath.Glob(filepath.Join("testdata", "real", "*"))
 	var runs []realRun
 	for _, dir := range dirs {
