@@ -444,7 +444,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
 		return // held: re-read from the table's positions on release
 	}
-	if false && t.resynced {
+	if t.resynced {
 		return // re-seeked during this poll: read again from the positions
 	}
 	if t.reopen.Swap(false) {
