@@ -77,7 +77,7 @@ else
 		log "no servicemonitors-crd.json in prometheus-operator $PROMETHEUS_OPERATOR_VERSION ($dir)"
 		exit 1
 	fi
-	cp "$dir/jsonnet/prometheus-operator/servicemonitors-crd.json" "$crd"
+	install -m 0644 "$dir/jsonnet/prometheus-operator/servicemonitors-crd.json" "$crd"
 	stamp servicemonitor-crd "$PROMETHEUS_OPERATOR_VERSION"
 	log "ServiceMonitor CRD $PROMETHEUS_OPERATOR_VERSION copied in $((SECONDS - start))s"
 fi
