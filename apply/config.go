@@ -15,6 +15,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/cdcapply/cdcapply/delta"
 )
 
 // ConfigSchema is the JSON Schema of the pipeline registry file, shipped with
@@ -124,6 +126,31 @@ type TableConfig struct {
 	KeyColumns         []string `json:"key_columns,omitempty"`
 	PartitionColumns   []string `json:"partition_columns,omitempty"`
 	QuarantineLocation string   `json:"quarantine_location,omitempty"`
+	// Columns types the values of a json-noschema table (records without
+	// an inline schema carry no types); merged with the table's own
+	// schema once it exists.
+	Columns []ColumnConfig `json:"columns,omitempty"`
+}
+
+// ColumnConfig is one declared source column: its name and its Delta
+// primitive type ("long", "string", "decimal(12,2)", "timestamp", ...).
+type ColumnConfig struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// DeclaredSchema returns the table's declared columns as a Delta schema
+// (every column nullable, as Debezium images are).
+func (t TableConfig) DeclaredSchema() (delta.StructType, error) {
+	var st delta.StructType
+	for _, c := range t.Columns {
+		typ, err := delta.ParsePrimitiveType(c.Type)
+		if err != nil {
+			return delta.StructType{}, fmt.Errorf("table %s: column %s: %w", t.Name, c.Name, err)
+		}
+		st.Fields = append(st.Fields, delta.StructField{Name: c.Name, Type: typ, Nullable: true})
+	}
+	return st, nil
 }
 
 // Duration is a time.Duration written as Go's duration text ("1s", "168h").
@@ -320,6 +347,23 @@ func (c *Config) check() []FieldError {
 		}
 		if t.Connector == "fields" && len(t.SequenceFields) == 0 {
 			errs = append(errs, FieldError{p + ".sequence_fields", `required when connector is "fields"`})
+		}
+		if len(t.Columns) > 0 && t.Format != "json-noschema" {
+			errs = append(errs, FieldError{p + ".columns", fmt.Sprintf("columns type schema-less records; format %s carries its own schema", t.Format)})
+		}
+		seen := map[string]bool{}
+		for k, col := range t.Columns {
+			cp := fmt.Sprintf("%s.columns[%d]", p, k)
+			if strings.HasPrefix(col.Name, ReservedPrefix) {
+				errs = append(errs, FieldError{cp + ".name", fmt.Sprintf("column %q uses the reserved prefix %q of cdcapply's engine columns", col.Name, ReservedPrefix)})
+			}
+			if seen[col.Name] {
+				errs = append(errs, FieldError{cp + ".name", fmt.Sprintf("column %q is declared twice", col.Name)})
+			}
+			seen[col.Name] = true
+			if _, err := delta.ParsePrimitiveType(col.Type); err != nil {
+				errs = append(errs, FieldError{cp + ".type", err.Error()})
+			}
 		}
 		if (t.Format == "avro" || t.Format == "flat-avro") && c.SchemaRegistry == nil {
 			errs = append(errs, FieldError{p + ".format", "avro needs schema_registry"})

@@ -91,6 +91,15 @@ tables: [{name: t, topic: x, topic_pattern: y, location: /a}]`, []string{"tables
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, location: /a, format: avro}]`, []string{"tables[0].format: avro needs schema_registry"}},
+		{"columns on a format with its own schema", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a, columns: [{name: id, type: long}]}]`, []string{"tables[0].columns: columns type schema-less records; format json carries its own schema"}},
+		{"bad declared columns", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a, format: json-noschema, columns: [{name: id, type: long}, {name: id, type: varchar}, {name: _cdc_x, type: string}]}]`,
+			[]string{"tables[0].columns[1].name: column \"id\" is declared twice", "tables[0].columns[1].type: unknown type \"varchar\"", "tables[0].columns[2].name: ", "reserved prefix"}},
 		{"bad duration", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -224,6 +224,54 @@ func decoderOptions(tc TableConfig, reg debezium.Registry) ([]debezium.Option, e
 	return opts, nil
 }
 
+// typeSchemaless gives a json-noschema table's decoder its column types:
+// the table's own schema once it exists, plus the declared columns it does
+// not have yet. A declared type that differs from the table's is an error,
+// as is a table with neither (nothing could type its records).
+func (e *Engine) typeSchemaless(t *tableRun) error {
+	if t.cfg.Format != "json-noschema" {
+		return nil
+	}
+	declared, err := t.cfg.DeclaredSchema()
+	if err != nil {
+		return err
+	}
+	merged := declared
+	if l := t.applier.Layout(); l != nil {
+		byName := map[string]delta.StructField{}
+		for _, f := range declared.Fields {
+			byName[f.Name] = f
+		}
+		merged = delta.StructType{}
+		inTable := map[string]bool{}
+		for _, f := range l.Source {
+			if d, ok := byName[f.Name]; ok && d.Type.String() != f.Type.String() {
+				return fmt.Errorf("table %s: column %s is %s in the table but declared %s under columns", t.cfg.Name, f.Name, f.Type, d.Type)
+			}
+			merged.Fields = append(merged.Fields, f)
+			inTable[f.Name] = true
+		}
+		for _, f := range declared.Fields {
+			if !inTable[f.Name] {
+				merged.Fields = append(merged.Fields, f)
+			}
+		}
+	}
+	if len(merged.Fields) == 0 {
+		return fmt.Errorf("table %s: format json-noschema needs columns: its records carry no types and the table does not exist yet", t.cfg.Name)
+	}
+	dopts, err := decoderOptions(t.cfg, e.registry)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", t.cfg.Name, err)
+	}
+	dec, err := debezium.New(append(dopts, debezium.TableSchema("", merged))...)
+	if err != nil {
+		return fmt.Errorf("table %s: build decoder: %w", t.cfg.Name, err)
+	}
+	t.decoder = dec
+	return nil
+}
+
 // tableFor routes a topic to its table (nil: not ours).
 func (e *Engine) tableFor(topic string) *tableRun {
 	e.routeMu.Lock()
@@ -298,6 +346,9 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 func (e *Engine) Run(ctx context.Context) error {
 	for _, t := range e.tables {
 		if err := t.applier.Open(ctx); err != nil {
+			return err
+		}
+		if err := e.typeSchemaless(t); err != nil {
 			return err
 		}
 		if err := t.quarantine.Open(ctx); err != nil {
@@ -452,6 +503,10 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 			e.halt(t, "open", err)
 			return
 		}
+		if err := e.typeSchemaless(t); err != nil {
+			e.halt(t, "schema", err)
+			return
+		}
 	}
 	tp := checkpoint.TopicPartition{Topic: r.Topic, Partition: r.Partition}
 	if t.applier.Positions().Applied(tp, r.Offset) {
@@ -480,6 +535,13 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 	ch, err := t.decoder.Decode(ctx, &rec)
 	if err != nil {
 		var rej *debezium.Rejection
+		if errors.As(err, &rej) && (rej.Reason == debezium.ReasonUnknownColumn || rej.Reason == debezium.ReasonNoTableSchema) && t.cfg.Format == "json-noschema" {
+			// A column nobody declared: every later record would carry it
+			// too. Stop loudly instead of quarantining the stream; once it
+			// is declared in columns, a restart resumes from the positions.
+			e.halt(t, "schema", fmt.Errorf("table %s: topic %s partition %d offset %d: %w (declare it under the table's columns)", t.cfg.Name, r.Topic, r.Partition, r.Offset, err))
+			return
+		}
 		if !errors.As(err, &rej) || rej.Retryable() {
 			// Not the record's fault (the schema registry could not be
 			// asked): never quarantine or skip it. Apply nothing of this
@@ -732,6 +794,10 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.resynced = true
 	if err := t.applier.Open(ctx); err != nil {
 		e.halt(t, "open", err)
+		return
+	}
+	if err := e.typeSchemaless(t); err != nil {
+		e.halt(t, "schema", err)
 		return
 	}
 	if err := t.quarantine.Open(ctx); err != nil {

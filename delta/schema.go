@@ -191,6 +191,10 @@ func parseType(raw json.RawMessage) (DataType, error) {
 	}
 }
 
+// ParsePrimitiveType parses a primitive type name as the protocol writes
+// it in a schema ("long", "string", "decimal(12,2)", "timestamp_ntz", ...).
+func ParsePrimitiveType(name string) (DataType, error) { return parsePrimitive(name) }
+
 func parsePrimitive(name string) (DataType, error) {
 	switch p := PrimitiveType(name); p {
 	case String, Long, Integer, Short, Byte, Float, Double, Boolean, Binary, Date, Timestamp, TimestampNTZ, Void:
