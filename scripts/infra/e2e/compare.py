@@ -112,7 +112,9 @@ def source_expr(name, typname, elem):
     if elem:
         if t in ("int2", "int4", "int8", "bool", "text", "varchar", "bpchar", "uuid"):
             return f"to_json({q})"
-        return f"(SELECT json_agg(x::text) FROM unnest({q}) x)"  # other arrays: elements as text
+        # other arrays: elements as text ([] for an empty array, whose
+        # unnest yields no rows)
+        return f"CASE WHEN {q} IS NULL THEN NULL ELSE coalesce((SELECT json_agg(x::text) FROM unnest({q}) x), '[]'::json) END"
     if t == "bytea":
         return f"encode({q}, 'hex')"
     if t in ("int2", "int4", "int8", "bool", "text", "varchar", "bpchar"):
@@ -212,6 +214,8 @@ def canon_table(typname, v):
     (timestamps already cast to int64 microseconds)."""
     if v is None:
         return None
+    if isinstance(v, dt.datetime):  # array elements are not cast to int64
+        return (v - EPOCH) // dt.timedelta(microseconds=1)
     if typname in ("int2", "int4", "int8", "time", "interval", "timestamp", "timestamptz"):
         return int(v)
     if typname == "float4":

@@ -41,9 +41,17 @@ CREATE TABLE app.customers (
   c_jsonb        jsonb,
   c_bytea        bytea,
   c_int_array    integer[],
-  c_text_array   text[]
+  c_text_array   text[],
+  c_uuid_array   uuid[],
+  c_numeric_array numeric(10, 2)[],
+  c_date_array   date[],
+  c_tstz_array   timestamptz[],
+  -- Large text out of line on a FULL identity table: updates that leave
+  -- it alone still carry it only as unchanged TOAST in the new image.
+  c_note         text
 );
 ALTER TABLE app.customers REPLICA IDENTITY FULL;
+ALTER TABLE app.customers ALTER COLUMN c_note SET STORAGE EXTERNAL;
 
 CREATE TABLE app.order_lines (
   order_id  bigint        NOT NULL,
@@ -118,7 +126,12 @@ CREATE FUNCTION app.insert_customers(first bigint, last bigint) RETURNS void LAN
          jsonb_build_object('g', g, 'r', round(random()::numeric, 3), 'nested', jsonb_build_object('x', app.rand_text(5))),
          CASE WHEN g % 6 = 0 THEN NULL ELSE decode(md5(g::text), 'hex') END,
          ARRAY[g::int, (random() * 100)::int, -1],
-         CASE WHEN g % 4 = 0 THEN NULL ELSE ARRAY['x' || g, app.rand_text(4), ''] END
+         CASE WHEN g % 4 = 0 THEN NULL ELSE ARRAY['x' || g, app.rand_text(4), ''] END,
+         ARRAY[gen_random_uuid()],
+         CASE WHEN g % 3 = 0 THEN NULL ELSE ARRAY[round((random() * 1000)::numeric, 2), NULL, -0.01] END,
+         ARRAY[date '1970-01-01' + g::int, date '1969-12-31' - g::int],
+         ARRAY[timestamptz '1969-12-31 23:59:59.999999+00' - g * interval '1.5 second', now()],
+         CASE WHEN g % 2 = 0 THEN (SELECT string_agg(md5(g::text || i), ' ') FROM generate_series(1, 100) i) ELSE 'short ' || g END
   FROM generate_series(first, last) g
 $$;
 
@@ -137,7 +150,25 @@ line2	tab', 'x', 'abcde', '0001-01-01', '0001-01-01 00:00:00', '2038-01-19 03:14
    '1970-01-01 00:00:00+00', '23:59:59.999999', '-1 year -2 days +03:04:05.000006',
    'ffffffff-ffff-ffff-ffff-ffffffffffff', '{"a" : [1, 2.50, null],  "b":"\u00e9"}', '{"z": 1, "a": [true, 1.50]}',
    '\x00ff00', '{1,NULL,3}', '{"with space","with,comma",NULL}');
-INSERT INTO app.customers (id) VALUES (23);
+INSERT INTO app.customers (id, c_date) VALUES (23, '-infinity');
+-- Pre-1970 instants with fractions (negative epoch values that must floor,
+-- not truncate), control characters, 4-byte UTF-8, escapes in json text,
+-- arrays with nulls and empty arrays of every array column.
+INSERT INTO app.customers (id, c_real, c_double, c_numeric, c_numeric_var, c_text, c_varchar, c_char,
+  c_date, c_timestamp, c_timestamp3, c_timestamptz, c_time, c_interval, c_json, c_jsonb, c_bytea,
+  c_int_array, c_text_array, c_uuid_array, c_numeric_array, c_date_array, c_tstz_array, c_note)
+VALUES
+  (24, -0.0, 1e-300, 0.0001, 1e-20, E'ctl \x01\x1f\x7f nul-free \u2028 emoji \U0001F600 end', E'tab\there',
+   E'\U0001F600', '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.001',
+   '1969-12-31 23:59:59.5+00', '00:00:00.000001', '1 mon 1 microsecond',
+   E'{"e": "\\ud83d\\ude00", "ctl": "\\u0001", "q": "\\""}', E'{"e": "\U0001F600", "k": "\\u0001"}',
+   '\x00', '{NULL}', '{NULL,""}', '{}', '{}', '{}', '{}', E'\U0001F600'),
+  (25, 1.17549435e-38, 1.7976931348623157e308, -0.0001, -1e20, repeat('x', 3000), NULL, NULL,
+   '1900-02-28', '1900-01-01 00:00:00.000001', '1066-10-14 09:00:00.5', '1583-01-01 00:00:00.25+00',
+   '12:00:00', '-1 years -2 mons -3 days -04:05:06.5', 'null', '"a string"', decode(repeat('ff', 3000), 'hex'),
+   '{-2147483648,2147483647}', '{"{","}",",","\"","\\"}', '{00000000-0000-0000-0000-000000000001,NULL}',
+   '{99999999.99,-99999999.99,0.00}', '{infinity,-infinity,2000-02-29}', '{infinity,"1900-01-01 00:00:00.000001+00"}',
+   repeat('toasted ', 1000));
 
 INSERT INTO app.order_lines (order_id, line_no, sku, qty, price)
 SELECT o, l, 'SKU-' || (o * 10 + l), l, round((random() * 500)::numeric, 2)
