@@ -30,15 +30,16 @@
 # task emits in commit order, so everything before it is on the topics)
 # and until every table's Kafka position reached its topic's high
 # watermark (`cdcapply status --json`), stop cdcapply (it must exit 0 with
-# nothing quarantined), compare. The JSON plain run and the avro run dump
-# their topics into debezium/testdata/real/postgres-e2e-{json,avro}/
-# (E2E_FIXTURES=off skips that).
+# nothing quarantined), compare. With E2E_FIXTURES=on the JSON plain run
+# and the avro run keep their topics as decoder fixtures in
+# debezium/testdata/real/postgres-e2e-{json,avro}/ (off by default, so a
+# test run does not rewrite the repository).
 #
 # Env: E2E_PG_PORT (35432), E2E_KAFKA_PORT (39092), E2E_KAFKA_CONTROLLER_PORT
 # (39093), E2E_CONNECT_PORT (38083), E2E_REGISTRY_PORT (38081),
 # E2E_BIN (a prebuilt cdcapply binary instead of building ./cmd/cdcapply),
 # E2E_TIMEOUT (convergence timeout per variant, 300 s), E2E_FIXTURES
-# (on|off, default on), CDCAPPLY_PYTHON (python with deltalake; default
+# (on|off, default off), CDCAPPLY_PYTHON (python with deltalake; default
 # scripts/python-env.sh), KEEP_STACK=1 leaves the stack up for inspection.
 set -euo pipefail
 CDC_SCRIPT=e2e
@@ -339,7 +340,7 @@ run_variant() {
   "$PY" "$E2E/compare.py" --variant "$v" \
     --psql "psql -h 127.0.0.1 -p $PG_PORT -U postgres -d $n" "${args[@]}"
 
-  if [[ "${E2E_FIXTURES:-on}" == on && ( "$v" == plain || "$v" == avro ) ]]; then
+  if [[ "${E2E_FIXTURES:-off}" == on && ( "$v" == plain || "$v" == avro ) ]]; then
     phase "$v: fixtures"
     local fx="$FIXTURES_DIR/postgres-e2e-json"
     [[ "$v" == avro ]] && fx="$FIXTURES_DIR/postgres-e2e-avro"
@@ -402,7 +403,7 @@ configuration: connector.json.
 One gzipped file per topic, one Kafka record per line, keys, values and
 header values base64-encoded exactly as they were on the topic, nothing
 trimmed (the hot key's thousands of updates included). Do not edit by hand;
-re-record with scripts/e2e.sh ${v}.
+re-record with E2E_FIXTURES=on scripts/e2e.sh plain avro.
 MD
   log "fixtures: $(du -sh "$out" | cut -f1) in $out"
 }
