@@ -193,3 +193,60 @@ func TestSmokeRealKafka(t *testing.T) {
 		t.Fatalf("not verified or not the whole stream: %+v %+v", rep.Verify, rep.Throughput)
 	}
 }
+
+// TestPeersVerifiedAndRatio runs two stand-in peers through the peers
+// contract (sh scripts in a scratch repository, run by /bin/sh as the
+// "python"): one copies our verified table and reports its figures, the
+// other reports figures but leaves a table missing rows. The first gets a ratio, the second FAIL and none.
+func TestPeersVerifiedAndRatio(t *testing.T) {
+	root := t.TempDir()
+	peers := filepath.Join(root, "bench", "peers")
+	if err := os.MkdirAll(peers, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// args: --input FILE --table DIR --batch-size N
+	copyPeer := `set -e
+input=$2; table=$4
+cp -r "$(dirname "$input")/orders" "$table"
+echo "progress to stdout is allowed"
+echo "{\"peer\":\"copy\",\"events\":$(wc -l < "$input"),\"seconds\":2.5,\"batches\":3}"
+`
+	if err := os.WriteFile(filepath.Join(peers, "copy_merge.py"), []byte(copyPeer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := smokeOptions(t)
+	o.Peers, o.PeerPython, o.RepoRoot = []string{"copy", "broken"}, "/bin/sh", root
+	// The broken peer copies a damaged copy of our table (one data file
+	// removed by a commit), made before verification; ours stays intact.
+	o.Corrupt = func(table string) error {
+		side := filepath.Join(filepath.Dir(table), "damaged")
+		if err := os.CopyFS(side, os.DirFS(table)); err != nil {
+			return err
+		}
+		return removeOneFile(side)
+	}
+	if err := os.WriteFile(filepath.Join(peers, "broken_merge.py"), []byte(`set -e
+input=$2; table=$4
+cp -r "$(dirname "$input")/damaged" "$table"
+echo "{\"peer\":\"broken\",\"events\":$(wc -l < "$input"),\"seconds\":1,\"batches\":1}"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Peers) != 2 {
+		t.Fatalf("peers: %+v", rep.Peers)
+	}
+	good, bad := rep.Peers[0], rep.Peers[1]
+	if !good.OK || good.Events != rep.Throughput.Records || good.Batches != 3 || good.Ratio <= 0 {
+		t.Errorf("copying peer: %+v", good)
+	}
+	if want := rep.Throughput.EventsPerSec / (float64(good.Events) / 2.5); good.Ratio != want {
+		t.Errorf("ratio %v, want ours/peer %v", good.Ratio, want)
+	}
+	if bad.OK || bad.Ratio != 0 || !strings.Contains(bad.Failure, "differs from the oracle") {
+		t.Errorf("peer with a damaged table: %+v", bad)
+	}
+}
