@@ -336,9 +336,12 @@ func series(e *EngineResult) []SeriesPoint {
 
 // tableFigures reads the table's directory and log: bytes of every file
 // ever written (nothing is vacuumed during a run), the live files of the
-// last version, and the rows written (numRecords of every add).
+// last version, and the rows written (numRecords of every add of a data
+// file not added before: re-adding a file with a new deletion vector
+// writes no rows). Live rows exclude rows a deletion vector hides.
 func tableFigures(ctx context.Context, dir string) (*TableFigures, error) {
 	f := &TableFigures{}
+	seen := map[string]bool{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -352,7 +355,7 @@ func tableFigures(ctx context.Context, dir string) (*TableFigures, error) {
 		case strings.HasPrefix(rel, "_delta_log"+string(filepath.Separator)):
 			f.LogBytes += info.Size()
 			if strings.HasSuffix(p, ".json") {
-				n, err := rowsAdded(p)
+				n, err := rowsAdded(p, seen)
 				if err != nil {
 					return err
 				}
@@ -375,6 +378,9 @@ func tableFigures(ctx context.Context, dir string) (*TableFigures, error) {
 		f.LiveBytes += a.Size
 		f.LiveFiles++
 		f.LiveRows += statsRecords(a.Stats)
+		if a.DeletionVector != nil {
+			f.LiveRows -= a.DeletionVector.Cardinality
+		}
 	}
 	if f.LiveBytes > 0 {
 		f.WriteAmp = float64(f.DataBytes+f.LogBytes) / float64(f.LiveBytes)
@@ -390,8 +396,9 @@ func statsRecords(stats string) int64 {
 	return s.NumRecords
 }
 
-// rowsAdded sums numRecords over the add actions of one commit file.
-func rowsAdded(path string) (int64, error) {
+// rowsAdded sums numRecords over the add actions of one commit file whose
+// data file was not added before (seen, updated).
+func rowsAdded(path string, seen map[string]bool) (int64, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -407,12 +414,17 @@ func rowsAdded(path string) (int64, error) {
 		}
 		var a struct {
 			Add struct {
+				Path  string `json:"path"`
 				Stats string `json:"stats"`
 			} `json:"add"`
 		}
 		if err := json.Unmarshal(line, &a); err != nil {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
+		if seen[a.Add.Path] {
+			continue
+		}
+		seen[a.Add.Path] = true
 		n += statsRecords(a.Add.Stats)
 	}
 	return n, sc.Err()
@@ -509,7 +521,7 @@ func (r *Report) Print(w io.Writer) {
 }
 
 func printCost(w io.Writer, cs []CostBucket) {
-	fmt.Fprintf(w, "    %-12s %8s %12s %10s %12s %10s %10s\n", "rows before", "commits", "mean rows", "changes", "apply ms", "µs/change", "rewrites")
+	fmt.Fprintf(w, "    %-12s %8s %12s %10s %12s %10s %10s\n", "rows before", "commits", "mean rows", "changes", "apply ms", "µs/change", "removed")
 	for _, b := range cs {
 		fmt.Fprintf(w, "    %-12s %8d %12.0f %10.0f %12.1f %10.2f %10.1f\n", b.Label, b.Commits, b.MeanRows, b.MeanChanges, b.MeanApplyMs, b.UsPerChange, b.MeanRewrites)
 	}
