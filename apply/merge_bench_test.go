@@ -320,8 +320,9 @@ func openScale(b *testing.B, n int, mode string) *TableApplier {
 // 10k-change batch (80% updates of random existing keys, 20% new keys)
 // applied to a 100k-row table and to a 10M-row table (files of 100k rows;
 // CDCAPPLY_BENCH_LARGE_ROWS overrides the large size), one of each per
-// iteration. It reports the time of each apply (plan, data files, commit)
-// and their ratio; opening the tables is not timed.
+// iteration. It reports the wall and CPU time of each apply (plan, data
+// files, commit) and their ratios; opening the tables is not timed. On a
+// shared machine the CPU figures are the steadier ones.
 //
 //	go test ./apply/ -run XXX -bench BenchmarkMergeScale -benchtime 3x
 func BenchmarkMergeScale(b *testing.B) {
@@ -333,25 +334,27 @@ func BenchmarkMergeScale(b *testing.B) {
 			as, al := openScale(b, small, mode), openScale(b, large, mode)
 			rng := rand.New(rand.NewPCG(5, 5))
 			nextS, nextL := int64(small), int64(large)
-			var tSmall, tLarge time.Duration
+			var tSmall, tLarge, cSmall, cLarge time.Duration
 			var filesSmall, filesLarge int
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				seq, off := uint64(i+2), int64(i*batch)
 				bs := scaleBatch(rng, small, batch, &nextS, seq, off)
 				bl := scaleBatch(rng, large, batch, &nextL, seq, off)
-				started := time.Now()
+				started, cpu0 := time.Now(), cpuTime()
 				rs, err := as.Apply(ctx, bs)
 				if err != nil {
 					b.Fatal(err)
 				}
 				tSmall += time.Since(started)
-				started = time.Now()
+				cSmall += cpuTime() - cpu0
+				started, cpu0 = time.Now(), cpuTime()
 				rl, err := al.Apply(ctx, bl)
 				if err != nil {
 					b.Fatal(err)
 				}
 				tLarge += time.Since(started)
+				cLarge += cpuTime() - cpu0
 				if rs.Counts.Update+rs.Counts.Insert != batch || rl.Counts.Update+rl.Counts.Insert != batch {
 					b.Fatalf("counts small %+v large %+v, want %d rows each", rs.Counts, rl.Counts, batch)
 				}
@@ -361,6 +364,9 @@ func BenchmarkMergeScale(b *testing.B) {
 			b.ReportMetric(float64(tSmall.Nanoseconds())/float64(b.N), "ns/batch-100k")
 			b.ReportMetric(float64(tLarge.Nanoseconds())/float64(b.N), fmt.Sprintf("ns/batch-%s", rowsLabel(large)))
 			b.ReportMetric(float64(tLarge)/float64(tSmall), "large/small")
+			b.ReportMetric(float64(cSmall.Nanoseconds())/float64(b.N), "cpu-ns/batch-100k")
+			b.ReportMetric(float64(cLarge.Nanoseconds())/float64(b.N), fmt.Sprintf("cpu-ns/batch-%s", rowsLabel(large)))
+			b.ReportMetric(float64(cLarge)/float64(cSmall), "cpu-large/small")
 			b.ReportMetric(float64(filesSmall)/float64(b.N), "actions/batch-100k")
 			b.ReportMetric(float64(filesLarge)/float64(b.N), fmt.Sprintf("actions/batch-%s", rowsLabel(large)))
 		})
