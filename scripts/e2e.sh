@@ -204,6 +204,14 @@ start_cdcapply() {
 # (plain UTF-8 in JSON and in Avro strings).
 topic_has() { topics_contain "$DUMP" "$KAFKA_BOOTSTRAP" "^$1\$" "$2"; }
 
+# topic_count_at_least TOPIC N: the topic holds at least N records.
+topic_count_at_least() {
+  local tmp="$CDC_RUN/count-probe"
+  rm -rf "$tmp"
+  "$DUMP" -brokers "$KAFKA_BOOTSTRAP" -out "$tmp" -exclude '^$' -topics "^$1\$" -timeout 20s >/dev/null 2>&1 || return 1
+  (($(wc -l <"$tmp/$1.jsonl") >= $2))
+}
+
 # all_topics_exist PREFIX: every table's topic holds at least its snapshot.
 all_topics_exist() {
   local tmp="$CDC_RUN/topics-probe" t
@@ -260,6 +268,10 @@ inject_fault() {
       start_cdcapply "$v"
       ;;
     restart-connect)
+      # Kill while Debezium streams the hot key, so events it has sent but
+      # not yet committed (offsets flush every second) are sent again.
+      wait_until 120 "Debezium streaming the hot key" topic_count_at_least "$(name_of "$v").app.counters" 300 \
+        || die "$v: Debezium did not stream the hot key's updates"
       local pid; pid="$(cat "$CDC_RUN/connect.pid")"
       log "FAULT: kill -9 Kafka Connect (pid $pid), then start it again"
       kill -9 "$pid"
