@@ -43,11 +43,18 @@ func startProcess(t *testing.T, bin, cfg, logPath string) (cmd *exec.Cmd, exited
 	}
 	cmd = exec.Command(bin, "run", "-c", cfg, "-log-format", "text", "-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// The child dies with the test process (a test binary killed by its
+	// -timeout runs no cleanup), and with the test on any failure.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
 	return cmd, exited
 }
 
