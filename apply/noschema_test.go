@@ -99,12 +99,17 @@ func TestEngineJSONNoSchema(t *testing.T) {
 	send(k, v)
 	stuckAt := p.ends[0]
 	e2, stop2 := startEngineWith(t, noSchemaConfig(t, c.ListenAddrs(), dir, declared))
+	// The halt's state file is the signal (Halted is read once the engine
+	// has stopped: it belongs to the engine's goroutine while it runs).
 	deadline := time.Now().Add(20 * time.Second)
-	for e2.Halted()["orders"] == nil && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		if st, ok, _ := ReadState(context.Background(), storage.NewLocal(dir+"/orders")); ok && st.Halted {
+			break
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	halted := e2.Halted()["orders"]
 	stop2()
+	halted := e2.Halted()["orders"]
 	if halted == nil || !strings.Contains(halted.Error(), `"note"`) || !strings.Contains(halted.Error(), "offset 5") {
 		t.Fatalf("undeclared column: want a halt naming the column and the offset, got %v", halted)
 	}
