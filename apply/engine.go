@@ -53,6 +53,12 @@ type Engine struct {
 	// wrapStore, when set, wraps each table's storage (tests inject
 	// storage faults with it).
 	wrapStore func(storage.Storage) storage.Storage
+
+	// haltMu guards haltedView, the copy of the tables' halts that Halted
+	// reads from other goroutines (tableRun.halted is the loop's own).
+	// Held alone, for a map update or copy.
+	haltMu     sync.Mutex
+	haltedView map[string]error
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
@@ -468,6 +474,12 @@ func (e *Engine) halt(t *tableRun, reason string, err error) {
 		return
 	}
 	t.halted = err
+	e.haltMu.Lock()
+	if e.haltedView == nil {
+		e.haltedView = map[string]error{}
+	}
+	e.haltedView[t.cfg.Name] = err
+	e.haltMu.Unlock()
 	t.buf.reset()
 	e.metrics.tableHalted(t.cfg.Name, reason)
 	e.log.Error("table halted", "table", t.cfg.Name, "reason", reason, "err", err)
@@ -479,12 +491,13 @@ func (e *Engine) halt(t *tableRun, reason string, err error) {
 }
 
 // Halted returns each halted table's reason.
+// Safe to call while the engine runs.
 func (e *Engine) Halted() map[string]error {
-	out := map[string]error{}
-	for _, t := range e.tables {
-		if t.halted != nil {
-			out[t.cfg.Name] = t.halted
-		}
+	e.haltMu.Lock()
+	defer e.haltMu.Unlock()
+	out := make(map[string]error, len(e.haltedView))
+	for name, err := range e.haltedView {
+		out[name] = err
 	}
 	return out
 }
