@@ -804,7 +804,7 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 // actions say exactly what is applied.
 func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.buf.reset()
-	t.resynced = true
+	t.resynced = true // also on a halt below: the poll's rest is not applied
 	if err := t.applier.Open(ctx); err != nil {
 		e.halt(t, "open", err)
 		return
@@ -817,21 +817,7 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 		e.halt(t, "open", err)
 		return
 	}
-	if e.client == nil {
-		return
-	}
-	pos := t.applier.Positions()
-	seek := map[string]map[int32]kgo.EpochOffset{}
-	for topic, parts := range e.assignedOf(t) {
-		for _, p := range parts {
-			next, _ := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
-			if seek[topic] == nil {
-				seek[topic] = map[int32]kgo.EpochOffset{}
-			}
-			seek[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: next}
-		}
-	}
-	e.client.SetOffsets(seek)
+	e.rewind(t)
 }
 
 func (e *Engine) commitGroupOffsets(ctx context.Context, ranges map[checkpoint.TopicPartition]checkpoint.Range) {

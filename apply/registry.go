@@ -201,8 +201,13 @@ func (c *RegistryConfig) check() []FieldError {
 // table (nothing was committed, and a commit by another writer is caught
 // by the Refresh before the next flush), so a long outage does not rebuild
 // the key index at every retry.
+//
+// Every re-seek goes through here (resync too): the rest of the current
+// poll's records for the table were fetched before the seek and are
+// ignored (tableRun.resynced), never batched above the positions.
 func (e *Engine) rewind(t *tableRun) {
 	t.buf.reset()
+	t.resynced = true
 	if e.client == nil {
 		return
 	}
