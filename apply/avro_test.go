@@ -180,17 +180,7 @@ func (a *avroOrders) change(t *testing.T, id int, lsn int64, op, status string, 
 // registry and an engine applying format avro into a fresh table.
 func avroEngine(t *testing.T, start func(tr *testRegistry)) (p *producer, tr *testRegistry, a *avroOrders, table string, e *Engine) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pcl.Close)
-	p = &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	c, p := kfakeOrders(t)
 	tr = newTestRegistry(t)
 	a = newAvroOrders(t, tr)
 	if start != nil {

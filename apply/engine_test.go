@@ -389,7 +389,9 @@ func TestEngineLateBeyondPurgeHorizon(t *testing.T) {
 // kfakeEngine starts a one-partition kfake cluster with topic "orders", a
 // producer for it and an engine applying it into a fresh table; all stop
 // when the test ends.
-func kfakeEngine(t *testing.T) (p *producer, table string, e *Engine) {
+// kfakeOrders starts a kfake cluster with a one-partition topic "orders"
+// and a producer into it; both are closed when the test ends.
+func kfakeOrders(t *testing.T) (*kfake.Cluster, *producer) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
 	if err != nil {
@@ -401,7 +403,12 @@ func kfakeEngine(t *testing.T) (p *producer, table string, e *Engine) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pcl.Close)
-	p = &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	return c, &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+}
+
+func kfakeEngine(t *testing.T) (p *producer, table string, e *Engine) {
+	t.Helper()
+	c, p := kfakeOrders(t)
 	dir := t.TempDir()
 	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir))
 	t.Cleanup(stop)

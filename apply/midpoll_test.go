@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
@@ -22,17 +19,7 @@ import (
 // position past the dropped records, which are then skipped as already
 // applied). The table must end equal to the oracle.
 func TestEngineMidPollCommitFailureLosesNothing(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pcl.Close)
-	p := &producer{t: t, cl: pcl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+	c, p := kfakeOrders(t)
 	o := ordersOracle{}
 	for i := 0; i < 60; i++ {
 		id := i % 13 // keys repeat across batches, and every batch writes some key for the last time
