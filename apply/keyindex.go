@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"unsafe"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
@@ -21,14 +22,20 @@ import (
 // costs ~175 bytes per key (BenchmarkKeyIndex), too much for tens of
 // millions of keys. Here the key and sequence bytes of every entry sit in
 // one arena, the entries in one slice of 16-byte records, and an
-// open-addressing table of 4-byte slots (linear probing, load at most 3/4)
-// finds an entry by the key's hash. A hash only picks where to look: every
-// probe compares the full key bytes, so two keys never merge.
+// open-addressing table of 8-byte slots (linear probing, load at most 3/4)
+// finds an entry by the key's hash. A slot keeps 32 bits of the key's hash
+// beside the entry index, so a probe that lands on another key's slot is
+// passed over without touching that entry or its arena record (at ten
+// million keys each of those is a cache and TLB miss). A hash only picks
+// where to look: a probe whose hash bits match still compares the full key
+// bytes, so two keys never merge. The three buffers are advised onto huge
+// pages (hugepages_linux.go).
 type KeyIndex struct {
 	layout *Layout
 	seed   maphash.Seed
-	// slots hold entry index + 1 (0: empty); len is a power of two.
-	slots   []uint32
+	// slots hold, low half, entry index + 1 (0: empty) and, high half,
+	// the top 32 bits of the key's hash; len is a power of two.
+	slots   []uint64
 	entries []indexEntry
 	// arena holds, per entry, uvarint(len key) key uvarint(len seq) seq.
 	arena []byte
@@ -62,7 +69,7 @@ type entryState struct {
 
 // NewKeyIndex returns an empty index for a layout.
 func NewKeyIndex(l *Layout) *KeyIndex {
-	return &KeyIndex{layout: l, seed: maphash.MakeSeed(), slots: make([]uint32, 16), byPath: map[string]fileID{}}
+	return &KeyIndex{layout: l, seed: maphash.MakeSeed(), slots: make([]uint64, 16), byPath: map[string]fileID{}}
 }
 
 // KeyReader is an optional RowFiles capability: reading only what the key
@@ -153,35 +160,69 @@ func (ix *KeyIndex) reserve(n int) {
 		ix.rehash(size)
 	}
 	if cap(ix.entries) < n {
-		e := make([]indexEntry, len(ix.entries), n)
-		copy(e, ix.entries)
-		ix.entries = e
+		ix.growEntries(n)
 	}
 }
 
+// makeBig allocates a slice of n zeroed elements (capacity c) advised onto
+// huge pages.
+func makeBig[T any](n, c int) []T {
+	s := make([]T, n, c)
+	if c > 0 {
+		var zero T
+		adviseHugePages(unsafe.Pointer(unsafe.SliceData(s)), c*int(unsafe.Sizeof(zero)))
+	}
+	return s
+}
+
+// growEntries makes room for at least n entries.
+func (ix *KeyIndex) growEntries(n int) {
+	c := max(n, 2*cap(ix.entries), 1024)
+	e := makeBig[indexEntry](len(ix.entries), c)
+	copy(e, ix.entries)
+	ix.entries = e
+}
+
+// growArena makes room for extra more arena bytes.
+func (ix *KeyIndex) growArena(extra int) {
+	c := max(len(ix.arena)+extra, 2*cap(ix.arena), 4096)
+	a := makeBig[byte](len(ix.arena), c)
+	copy(a, ix.arena)
+	ix.arena = a
+}
+
+// slot packs an entry index and the key's hash into a slot.
+func slot(i int, h uint64) uint64 { return h&^0xffffffff | uint64(i+1) }
+
 func (ix *KeyIndex) rehash(size int) {
-	ix.slots = make([]uint32, size)
+	ix.slots = makeBig[uint64](size, size)
 	mask := uint64(size - 1)
 	for i := range ix.entries {
-		h := maphash.Bytes(ix.seed, ix.keyBytes(i)) & mask
+		hash := maphash.Bytes(ix.seed, ix.keyBytes(i))
+		h := hash & mask
 		for ix.slots[h] != 0 {
 			h = (h + 1) & mask
 		}
-		ix.slots[h] = uint32(i + 1)
+		ix.slots[h] = slot(i, hash)
 	}
 }
 
 // find returns the entry index of key.
 func (ix *KeyIndex) find(key string) (int, bool) {
 	mask := uint64(len(ix.slots) - 1)
-	h := maphash.String(ix.seed, key) & mask
+	hash := maphash.String(ix.seed, key)
+	tag := hash &^ 0xffffffff
+	h := hash & mask
 	for {
 		s := ix.slots[h]
 		if s == 0 {
 			return 0, false
 		}
-		if string(ix.keyBytes(int(s-1))) == key {
-			return int(s - 1), true
+		if s&^0xffffffff == tag {
+			i := int(s&0xffffffff) - 1
+			if string(ix.keyBytes(i)) == key {
+				return i, true
+			}
 		}
 		h = (h + 1) & mask
 	}
@@ -231,6 +272,9 @@ func (ix *KeyIndex) appendRecord(key string, seq []byte) (uint64, error) {
 	if off >= deletedBit {
 		return 0, fmt.Errorf("key index arena exceeds 2^63 bytes")
 	}
+	if need := recordLen(len(key), len(seq)); cap(ix.arena)-len(ix.arena) < need {
+		ix.growArena(need)
+	}
 	ix.arena = binary.AppendUvarint(ix.arena, uint64(len(key)))
 	ix.arena = append(ix.arena, key...)
 	ix.arena = binary.AppendUvarint(ix.arena, uint64(len(seq)))
@@ -261,17 +305,21 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 	if err != nil {
 		return fmt.Errorf("key %s: %w", ix.renderKey(key), err)
 	}
+	if len(ix.entries) == cap(ix.entries) {
+		ix.growEntries(len(ix.entries) + 1)
+	}
 	ix.entries = append(ix.entries, e)
 	if len(ix.entries) > len(ix.slots)*3/4 {
 		ix.rehash(len(ix.slots) * 2)
 		return nil
 	}
 	mask := uint64(len(ix.slots) - 1)
-	h := maphash.String(ix.seed, key) & mask
+	hash := maphash.String(ix.seed, key)
+	h := hash & mask
 	for ix.slots[h] != 0 {
 		h = (h + 1) & mask
 	}
-	ix.slots[h] = uint32(len(ix.entries))
+	ix.slots[h] = slot(len(ix.entries)-1, hash)
 	return nil
 }
 
@@ -309,7 +357,7 @@ func recordLen(k, s int) int {
 
 // compact copies the live records into a fresh arena.
 func (ix *KeyIndex) compact() {
-	arena := make([]byte, 0, len(ix.arena)-ix.garbage)
+	arena := makeBig[byte](0, len(ix.arena)-ix.garbage)
 	for i := range ix.entries {
 		key, seq := ix.record(i)
 		off := uint64(len(arena))

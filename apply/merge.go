@@ -110,6 +110,15 @@ type pendingEntry struct {
 	deleted bool
 	file    fileID // noFile: the batch's new file
 	row     int64
+	// entry is the key's index entry + 1 when planning found it (0: look
+	// the key up). Entries never move, so it stays valid until the commit.
+	entry int
+}
+
+// changedKey is a change to a key the index holds, with its entry.
+type changedKey struct {
+	r     *Reduced
+	entry int
 }
 
 func newPlan() *Plan { return &Plan{newFile: -1} }
@@ -138,17 +147,21 @@ func (p *Plan) replace(id fileID, old, add *delta.Add) {
 //     the last values); otherwise the index alone resolves the change.
 func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64, mode MergeMode) (*Plan, error) {
 	p := newPlan()
-	byFile := map[fileID][]*Reduced{}
+	byFile := map[fileID][]changedKey{}
 	var fresh []*Reduced
 	for i := range reduced {
 		r := &reduced[i]
-		e, ok := ix.lookup(r.Winner.Key)
+		at, ok := ix.find(r.Winner.Key)
+		var e entryState
+		if ok {
+			e = ix.state(at)
+		}
 		switch {
 		case ok && bytes.Compare(r.Winner.Seq, e.seq) <= 0:
 			p.Counts.Stale++
 			p.Counts.StaleRecords += len(r.Changes)
 		case ok:
-			byFile[e.file] = append(byFile[e.file], r)
+			byFile[e.file] = append(byFile[e.file], changedKey{r: r, entry: at})
 		default:
 			fresh = append(fresh, r)
 		}
@@ -194,15 +207,15 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 }
 
 // planRewrite rewrites file id with the batch's changes to it (copy-on-write).
-func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []*Reduced, rf RowFiles, appliedMicros int64, p *Plan) error {
+func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []changedKey, rf RowFiles, appliedMicros int64, p *Plan) error {
 	old := ix.files[id]
 	rows, err := rf.ReadRows(ctx, old)
 	if err != nil {
 		return fmt.Errorf("plan batch: %w", err)
 	}
 	changes := make(map[string]*Reduced, len(changed))
-	for _, r := range changed {
-		changes[r.Winner.Key] = r
+	for _, c := range changed {
+		changes[c.r.Winner.Key] = c.r
 	}
 	for i := range rows {
 		moved := old.DeletionVector != nil && rows[i].Pos != int64(i)
@@ -236,11 +249,11 @@ func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []*Reduc
 // planDeletes moves the batch's changed keys of file id to the batch's new
 // rows and hides their old rows with the file's deletion vector
 // (merge-on-read). It returns rows with the new rows appended.
-func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []*Reduced, rf RowFiles, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
+func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []changedKey, rf RowFiles, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
 	old := ix.files[id]
 	var stored map[string]*Row
-	for _, r := range changed {
-		if needsStored(r) {
+	for _, c := range changed {
+		if needsStored(c.r) {
 			stored = map[string]*Row{}
 			break
 		}
@@ -258,8 +271,9 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []*Reduc
 		}
 	}
 	positions := make([]int64, 0, len(changed))
-	for _, r := range changed {
-		e, _ := ix.lookup(r.Winner.Key)
+	for _, c := range changed {
+		r := c.r
+		e := ix.state(c.entry)
 		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
 		if stored != nil {
 			fr, ok := stored[r.Winner.Key]
@@ -273,7 +287,7 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []*Reduc
 			continue
 		}
 		positions = append(positions, e.row)
-		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows))})
+		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows)), entry: c.entry + 1})
 		rows = append(rows, row)
 	}
 	if len(positions) == 0 {
@@ -348,7 +362,13 @@ func (ix *KeyIndex) Apply(p *Plan) error {
 		if file == noFile {
 			file = newID
 		}
-		if err := ix.upsert(e.key, e.seq, e.deleted, file, e.row); err != nil {
+		var err error
+		if e.entry > 0 {
+			err = ix.set(e.entry-1, e.seq, e.deleted, file, e.row)
+		} else {
+			err = ix.upsert(e.key, e.seq, e.deleted, file, e.row)
+		}
+		if err != nil {
 			return fmt.Errorf("update key index: %w", err)
 		}
 	}

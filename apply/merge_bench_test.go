@@ -410,3 +410,44 @@ var scaleModes = []string{string(CopyOnWrite), string(MergeOnRead)}
 func setScaleMode(a *TableApplier, mode string) error {
 	return a.SetMergeMode(MergeMode(mode))
 }
+
+// lookupIndexes caches the indexes BenchmarkKeyIndexLookup builds, one per
+// size, so -count repeats measure lookups, not builds.
+var lookupIndexes = map[int]*KeyIndex{}
+
+// BenchmarkKeyIndexLookup measures what a batch pays per changed key in
+// the index: a find plus the entry's state, on indexes of 100k and 10M
+// keys (the scale benchmark's sizes). Keys are drawn at random, so the
+// large index pays its cache and TLB misses as a real batch does.
+//
+//	go test ./apply -run XXX -bench KeyIndexLookup -count 6
+func BenchmarkKeyIndexLookup(b *testing.B) {
+	for _, n := range []int{100_000, 10_000_000} {
+		b.Run(rowsLabel(n), func(b *testing.B) {
+			ix := lookupIndexes[n]
+			if ix == nil {
+				ix = NewKeyIndex(scaleLayout)
+				ix.reserve(n)
+				seq := pgSeq(1)
+				for i := 0; i < n; i++ {
+					if err := ix.insert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				lookupIndexes[n] = ix
+			}
+			rng := rand.New(rand.NewPCG(7, 7))
+			keys := make([]string, 1<<16)
+			for i := range keys {
+				keys[i] = EncodeKey(scaleValues(rng.Int64N(int64(n)), 1), scaleLayout.Key)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e, ok := ix.lookup(keys[i&(len(keys)-1)])
+				if !ok || len(e.seq) == 0 {
+					b.Fatal("key not found")
+				}
+			}
+		})
+	}
+}
