@@ -135,30 +135,48 @@ func appendValue(b array.Builder, v schema.Value) error {
 
 // arrowToRows reads rows back from a record of the table schema.
 func arrowToRows(rec arrow.RecordBatch, nSource int) ([]Row, error) {
+	return arrowRowsAt(rec, nSource, nil)
+}
+
+// arrowRowsAt converts the rows at the given indexes of rec (every row
+// when at is nil), each with Pos set to its index.
+func arrowRowsAt(rec arrow.RecordBatch, nSource int, at []int64) ([]Row, error) {
 	n := int(rec.NumRows())
+	if at != nil {
+		n = len(at)
+	}
+	src := func(i int) int {
+		if at == nil {
+			return i
+		}
+		return int(at[i])
+	}
 	rows := make([]Row, n)
 	vals := make([]schema.Value, n*nSource) // one allocation for all values
-	for r := range rows {
-		rows[r].Values = vals[r*nSource : (r+1)*nSource : (r+1)*nSource]
+	for i := range rows {
+		rows[i].Values = vals[i*nSource : (i+1)*nSource : (i+1)*nSource]
+		rows[i].Pos = int64(src(i))
 	}
 	for c := 0; c < nSource; c++ {
 		col := rec.Column(c)
-		for r := 0; r < n; r++ {
+		for i := 0; i < n; i++ {
+			r := src(i)
 			v, err := valueAt(col, r)
 			if err != nil {
 				return nil, fmt.Errorf("column %s row %d: %w", rec.Schema().Field(c).Name, r, err)
 			}
-			rows[r].Values[c] = v
+			rows[i].Values[c] = v
 		}
 	}
 	seq, ok1 := rec.Column(nSource).(*array.String)
 	del, ok2 := rec.Column(nSource + 1).(*array.Boolean)
-	src, ok3 := rec.Column(nSource + 2).(*array.Timestamp)
+	srcTs, ok3 := rec.Column(nSource + 2).(*array.Timestamp)
 	app, ok4 := rec.Column(nSource + 3).(*array.Timestamp)
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return nil, fmt.Errorf("engine columns have unexpected types")
 	}
-	for r := range rows {
+	for i := range rows {
+		r := src(i)
 		if seq.IsNull(r) {
 			return nil, fmt.Errorf("row %d has no %s", r, ColSeq)
 		}
@@ -166,12 +184,12 @@ func arrowToRows(rec arrow.RecordBatch, nSource int) ([]Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("row %d: %s: %w", r, ColSeq, err)
 		}
-		rows[r].Seq = s
-		rows[r].Deleted = del.Value(r)
-		if !src.IsNull(r) {
-			rows[r].SourceTsMicros = int64(src.Value(r))
+		rows[i].Seq = s
+		rows[i].Deleted = del.Value(r)
+		if !srcTs.IsNull(r) {
+			rows[i].SourceTsMicros = int64(srcTs.Value(r))
 		}
-		rows[r].AppliedMicros = int64(app.Value(r))
+		rows[i].AppliedMicros = int64(app.Value(r))
 	}
 	return rows, nil
 }

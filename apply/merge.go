@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -42,6 +43,11 @@ type RowDeleter interface {
 	// (the union with the vector it has). It returns nil when no row of the
 	// file stays live: the file is then removed instead.
 	DeleteRows(ctx context.Context, a *delta.Add, rows []int64) (*delta.Add, error)
+	// ReadRowsAt returns the rows of a's data file at the given physical
+	// indexes (ascending, none hidden by its deletion vector), each with
+	// Pos set: merge-on-read needs the stored values of a few rows of a
+	// file, not all of them.
+	ReadRowsAt(ctx context.Context, a *delta.Add, rows []int64) ([]Row, error)
 }
 
 // MergeMode is how a batch writes rows that replace stored ones.
@@ -251,23 +257,25 @@ func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []change
 // (merge-on-read). It returns rows with the new rows appended.
 func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []changedKey, rf RowFiles, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
 	old := ix.files[id]
-	var stored map[string]*Row
+	// Only the rows of changes that take stored values are read: their
+	// physical indexes come from the index, and each row read must hold
+	// the key the index places there.
+	var want []int64
 	for _, c := range changed {
 		if needsStored(c.r) {
-			stored = map[string]*Row{}
-			break
+			want = append(want, int64(ix.entries[c.entry].row))
 		}
 	}
-	if stored != nil {
-		fileRows, err := rf.ReadRows(ctx, old)
+	var stored map[int64]*Row
+	if len(want) > 0 {
+		slices.Sort(want)
+		fileRows, err := rd.ReadRowsAt(ctx, old, want)
 		if err != nil {
 			return nil, fmt.Errorf("plan batch: %w", err)
 		}
+		stored = make(map[int64]*Row, len(fileRows))
 		for i := range fileRows {
-			if old.DeletionVector == nil {
-				fileRows[i].Pos = int64(i)
-			}
-			stored[EncodeKey(fileRows[i].Values, ix.layout.Key)] = &fileRows[i]
+			stored[fileRows[i].Pos] = &fileRows[i]
 		}
 	}
 	positions := make([]int64, 0, len(changed))
@@ -275,9 +283,9 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []change
 		r := c.r
 		e := ix.state(c.entry)
 		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
-		if stored != nil {
-			fr, ok := stored[r.Winner.Key]
-			if !ok || fr.Pos != e.row {
+		if needsStored(r) {
+			fr, ok := stored[e.row]
+			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
 				return nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
 			}
 			st = &StoredRow{Seq: fr.Seq, Deleted: fr.Deleted, Values: fr.Values}

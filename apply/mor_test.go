@@ -1,11 +1,13 @@
 package apply
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -245,6 +247,11 @@ func (c *countingRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row,
 	return c.ParquetRowFiles.ReadRows(ctx, add)
 }
 
+func (c *countingRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
+	c.reads++
+	return c.ParquetRowFiles.ReadRowsAt(ctx, add, rows)
+}
+
 // TestMergeOnReadUpgradesCopyOnWriteTable switches an existing
 // copy-on-write table (reader version 1) to merge-on-read: the first
 // commit that writes a deletion vector adds the feature to the protocol,
@@ -389,5 +396,82 @@ func TestMergeOnReadReadByDeltaRS(t *testing.T) {
 		if len(p) != len(got) {
 			t.Fatalf("DeltaTable.to_pyarrow_table() returns %d rows, the oracle has %d: deleted rows leak", len(p), len(got))
 		}
+	}
+}
+
+// TestReadRowsAt reads chosen rows of a data file with a deletion vector:
+// the rows come back with their values and physical index, and asking for
+// a row the vector hides, one past the end, or indexes out of order fails
+// naming the file.
+func TestReadRowsAt(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	rf, err := NewParquetRowFiles(store, refLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []Row
+	for i := 0; i < 50; i++ {
+		c := refChange(int64(i), 1, "c", fmt.Sprintf("s%d", i), int64(i))
+		rows = append(rows, Row{Values: c.Values, Seq: c.Seq, SourceTsMicros: 1, AppliedMicros: 2})
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if add, err = rf.DeleteRows(ctx, add, []int64{3, 7}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rf.ReadRowsAt(ctx, add, []int64{0, 4, 49})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d rows, want 3", len(got))
+	}
+	for i, want := range []int64{0, 4, 49} {
+		if got[i].Pos != want || fmt.Sprint(got[i].Values) != fmt.Sprint(rows[want].Values) || !bytes.Equal(got[i].Seq, rows[want].Seq) {
+			t.Fatalf("row %d: got pos %d %v, want pos %d %v", i, got[i].Pos, got[i].Values, want, rows[want].Values)
+		}
+	}
+	for _, bad := range [][]int64{{7}, {50}, {4, 2}, {-1}} {
+		if _, err := rf.ReadRowsAt(ctx, add, bad); err == nil || !strings.Contains(err.Error(), add.Path) {
+			t.Fatalf("rows %v: err %v, want an error naming %s", bad, err, add.Path)
+		}
+	}
+}
+
+// TestMergeOnReadChecksStoredRowKey: merge-on-read reads a stored row at
+// the position the key index gives; an index that is wrong about it must
+// stop the batch, not copy another key's values into a tombstone.
+func TestMergeOnReadChecksStoredRowKey(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	a := NewTableApplier("orders", "p", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	if err := a.SetMergeMode(MergeOnRead); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetLayout(refLayout); err != nil {
+		t.Fatal(err)
+	}
+	var cs []*Change
+	for i := 0; i < 5; i++ {
+		cs = append(cs, refChange(int64(i), 1, "c", "new", int64(i)))
+	}
+	if _, err := a.Apply(ctx, &Batch{Changes: cs, Read: 5, Ranges: rng(0, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	del := refChange(2, 2, "d", "", 5)
+	at, ok := a.index.find(del.Key)
+	if !ok {
+		t.Fatal("key 2 not in the index")
+	}
+	a.index.entries[at].row = 3 // key 3's row
+	_, err := a.Apply(ctx, &Batch{Changes: []*Change{del}, Read: 1, Ranges: rng(5, 6)})
+	if err == nil || !strings.Contains(err.Error(), "lacks key") {
+		t.Fatalf("delete with a wrong index entry: err %v, want the file to lack the key", err)
 	}
 }

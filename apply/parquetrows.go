@@ -98,6 +98,35 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 	return kept, nil
 }
 
+// ReadRowsAt implements RowDeleter: the file is decoded as a whole (a
+// Parquet page is the smallest unit), but only the wanted rows become
+// Rows.
+func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
+	rec, deleted, err := p.readPhysical(ctx, add)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Release()
+	n := rec.NumRows()
+	d := 0
+	for i, r := range rows {
+		if r < 0 || r >= n || (i > 0 && r <= rows[i-1]) {
+			return nil, fmt.Errorf("read rows of %s: row %d is not in the file's %d rows (or not ascending)", add.Path, r, n)
+		}
+		for d < len(deleted) && deleted[d] < uint64(r) {
+			d++
+		}
+		if d < len(deleted) && deleted[d] == uint64(r) {
+			return nil, fmt.Errorf("read rows of %s: row %d is deleted by the file's deletion vector", add.Path, r)
+		}
+	}
+	out, err := arrowRowsAt(rec, len(p.layout.Source), rows)
+	if err != nil {
+		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+	}
+	return out, nil
+}
+
 // ReadKeys implements KeyReader: only the key columns, the sequence and
 // the deleted flag are decoded. The key string passed to fn is valid only
 // during the call.
