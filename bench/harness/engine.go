@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ type Job struct {
 	// Timeout, when set, stops the engine side after that long; it then
 	// reports what it did with an error.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// CPUProfile, when set, is a file the engine side writes a Go CPU
+	// profile of its whole run to (go tool pprof).
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // Ends are the offsets one past the last record of each partition of the
@@ -130,6 +134,17 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, job.Timeout)
 		defer cancel()
+	}
+	if job.CPUProfile != "" {
+		f, err := os.Create(job.CPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("bench engine: cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("bench engine: cpu profile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
 	start := time.Now()

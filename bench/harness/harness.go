@@ -53,6 +53,9 @@ type Options struct {
 	MaxBytes   int64
 	MaxLatency time.Duration
 	WriteMode  string
+	// CPUProfile is where the engine side writes a Go CPU profile of its
+	// run (empty: none).
+	CPUProfile string
 
 	// EngineCommand starts the engine process (e.g. `cdcapply bench
 	// -engine`); it speaks ServeEngine's protocol on stdin/stdout. Empty
@@ -174,7 +177,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o644); err != nil {
 		return nil, err
 	}
-	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout}
+	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile}
 
 	engCtx := ctx
 	if o.Timeout > 0 {

@@ -61,6 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	peerBatch := fs.Int("peer-batch", 0, "records per peer micro-batch (default: max-records, else 50000)")
 	repo := fs.String("repo", "", "the repository holding bench/peers (default: found upwards from the working directory)")
 	jsonPath := fs.String("json", "", "write every figure as JSON to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the engine's run to this file")
 	svgPath := fs.String("svg", "", "plot throughput, freshness and RSS over time to this SVG file")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -82,7 +83,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
