@@ -17,6 +17,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/debezium"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/schema"
 	"github.com/cdcapply/cdcapply/tombstone"
@@ -189,7 +190,11 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("table %s: build decoder: %w", tc.Name, err)
 	}
-	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l) }
+	var fileOpts []datafile.WriteOption
+	if MergeMode(tc.WriteMode) == MergeOnRead {
+		fileOpts = append(fileOpts, datafile.RowGroupRows(MergeOnReadRowGroupRows))
+	}
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l, fileOpts...) }
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)

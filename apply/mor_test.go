@@ -399,14 +399,15 @@ func TestMergeOnReadReadByDeltaRS(t *testing.T) {
 	}
 }
 
-// TestReadRowsAt reads chosen rows of a data file with a deletion vector:
-// the rows come back with their values and physical index, and asking for
-// a row the vector hides, one past the end, or indexes out of order fails
-// naming the file.
+// TestReadRowsAt reads chosen rows of a data file written in row groups
+// of 8 rows, with a deletion vector: the rows come back with their values
+// and physical index, only the row groups holding them are decoded, and
+// asking for a row the vector hides, one past the end, or indexes out of
+// order fails naming the file.
 func TestReadRowsAt(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
-	rf, err := NewParquetRowFiles(store, refLayout)
+	rf, err := NewParquetRowFiles(store, refLayout, datafile.RowGroupRows(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,14 +423,25 @@ func TestReadRowsAt(t *testing.T) {
 	if add, err = rf.DeleteRows(ctx, add, []int64{3, 7}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := rf.ReadRowsAt(ctx, add, []int64{0, 4, 49})
+	at := []int64{0, 4, 17, 23, 49}
+	got, err := rf.ReadRowsAt(ctx, add, at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 {
-		t.Fatalf("got %d rows, want 3", len(got))
+	if len(got) != len(at) {
+		t.Fatalf("got %d rows, want %d", len(got), len(at))
 	}
-	for i, want := range []int64{0, 4, 49} {
+	// Rows 0 and 4 share group 0, 17 and 23 share group 2, 49 is in
+	// group 6 (2 rows): 8+8+2 rows decoded.
+	rec, _, err := datafile.ReadRowGroupsOf(ctx, store, rf.file, add, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.NumRows() != 18 {
+		t.Fatalf("decoded %d rows for rows %v, want the 18 of their three row groups", rec.NumRows(), at)
+	}
+	rec.Release()
+	for i, want := range at {
 		if got[i].Pos != want || fmt.Sprint(got[i].Values) != fmt.Sprint(rows[want].Values) || !bytes.Equal(got[i].Seq, rows[want].Seq) {
 			t.Fatalf("row %d: got pos %d %v, want pos %d %v", i, got[i].Pos, got[i].Values, want, rows[want].Values)
 		}

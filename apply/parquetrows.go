@@ -28,6 +28,16 @@ type ParquetRowFiles struct {
 	options []datafile.WriteOption
 }
 
+// MergeOnReadRowGroupRows is the Parquet row group size of the data files
+// a merge-on-read table's engine writes. Merge-on-read reads stored rows
+// only for changes that need their values (an unavailable column, a
+// delete), and decodes only the row groups holding them
+// (datafile.ReadRowGroupsOf): with one row group per file that read is the
+// whole file, and its cost grows with the table. Smaller groups bound it
+// by the batch; 8192 rows keeps groups large enough for column
+// compression and for readers that plan by row group.
+const MergeOnReadRowGroupRows = 8192
+
 // inlineDVLimit is the largest serialized deletion vector kept inline in
 // the log (descriptor storage type "i"); larger ones go to their own file
 // ("u"). Inline vectors cost no file write (no fsync) per touched file, but
@@ -102,27 +112,37 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 // Parquet page is the smallest unit), but only the wanted rows become
 // Rows.
 func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
-	rec, deleted, err := p.readPhysical(ctx, add)
-	if err != nil {
-		return nil, err
-	}
-	defer rec.Release()
-	n := rec.NumRows()
-	d := 0
 	for i, r := range rows {
-		if r < 0 || r >= n || (i > 0 && r <= rows[i-1]) {
-			return nil, fmt.Errorf("read rows of %s: row %d is not in the file's %d rows (or not ascending)", add.Path, r, n)
-		}
-		for d < len(deleted) && deleted[d] < uint64(r) {
-			d++
-		}
-		if d < len(deleted) && deleted[d] == uint64(r) {
-			return nil, fmt.Errorf("read rows of %s: row %d is deleted by the file's deletion vector", add.Path, r)
+		if r < 0 || (i > 0 && r <= rows[i-1]) {
+			return nil, fmt.Errorf("read rows of %s: rows %v are not ascending physical indexes", add.Path, rows)
 		}
 	}
-	out, err := arrowRowsAt(rec, len(p.layout.Source), rows)
+	if add.DeletionVector != nil {
+		bm, err := dv.Load(ctx, p.store, add.DeletionVector)
+		if err != nil {
+			return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+		}
+		for _, r := range rows {
+			if bm.Contains(uint64(r)) {
+				return nil, fmt.Errorf("read rows of %s: row %d is deleted by the file's deletion vector", add.Path, r)
+			}
+		}
+	}
+	rec, local, err := datafile.ReadRowGroupsOf(ctx, p.store, p.file, add, rows)
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+	}
+	defer rec.Release()
+	at := make([]int64, len(local))
+	for i, l := range local {
+		at[i] = int64(l)
+	}
+	out, err := arrowRowsAt(rec, len(p.layout.Source), at)
+	if err != nil {
+		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+	}
+	for i := range out {
+		out[i].Pos = rows[i]
 	}
 	return out, nil
 }

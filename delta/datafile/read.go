@@ -21,12 +21,49 @@ import (
 // file's own schema (physical names, the file's types). It is the plain
 // reader under Read, and what tests use to read reference files.
 func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
-	return readParquet(ctx, data, nil)
+	return readParquet(ctx, data, nil, nil)
+}
+
+// rowSelection asks readParquet for only the row groups holding rows
+// (physical indexes, ascending); local receives each row's index in the
+// returned record.
+type rowSelection struct {
+	rows  []int64
+	local []int
+}
+
+// groups returns the row groups of md holding sel's rows and fills
+// sel.local.
+func (sel *rowSelection) groups(pr *file.Reader) ([]int, error) {
+	md := pr.MetaData()
+	var groups []int
+	sel.local = make([]int, 0, len(sel.rows))
+	var start, base int64 // first physical row of group g; its first row in the output
+	i := 0
+	for g := 0; g < md.NumRowGroups() && i < len(sel.rows); g++ {
+		n := md.RowGroup(g).NumRows()
+		end := start + n
+		if sel.rows[i] < end {
+			groups = append(groups, g)
+			for ; i < len(sel.rows) && sel.rows[i] < end; i++ {
+				if sel.rows[i] < start || (i > 0 && sel.rows[i] <= sel.rows[i-1]) {
+					return nil, fmt.Errorf("rows to read are not ascending at %d", sel.rows[i])
+				}
+				sel.local = append(sel.local, int(base+sel.rows[i]-start))
+			}
+			base += n
+		}
+		start = end
+	}
+	if i < len(sel.rows) {
+		return nil, fmt.Errorf("row %d is past the file's %d rows", sel.rows[i], start)
+	}
+	return groups, nil
 }
 
 // readParquet is ReadParquet reading only the top-level fields pick
 // returns (indexes into the file's fields; nil pick reads all).
-func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []int) (rec arrow.RecordBatch, err error) {
+func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []int, sel *rowSelection) (rec arrow.RecordBatch, err error) {
 	// arrow-go's decoder can panic on a corrupt file (slice bounds, bad
 	// lengths); a corrupt data file must fail the read, not the process.
 	defer func() {
@@ -57,9 +94,31 @@ func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []in
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
 	var tbl arrow.Table
-	if pick == nil {
+	switch {
+	case sel != nil:
+		groups, gerr := sel.groups(pr)
+		if gerr != nil {
+			return nil, fmt.Errorf("read parquet: %w", gerr)
+		}
+		var sc *arrow.Schema
+		if sc, err = fr.Schema(); err != nil {
+			return nil, fmt.Errorf("read parquet schema: %w", err)
+		}
+		var idx, leaves []int
+		if pick != nil {
+			idx = pick(sc.Fields())
+		} else {
+			for i := range sc.Fields() {
+				idx = append(idx, i)
+			}
+		}
+		for _, i := range idx {
+			leaves = appendLeaves(leaves, fr.Manifest.Fields[i])
+		}
+		tbl, err = fr.ReadRowGroups(ctx, leaves, groups)
+	case pick == nil:
 		tbl, err = fr.ReadTable(ctx)
-	} else {
+	default:
 		var sc *arrow.Schema
 		if sc, err = fr.Schema(); err != nil {
 			return nil, fmt.Errorf("read parquet schema: %w", err)
@@ -186,6 +245,27 @@ func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, opt
 	for _, f := range opts {
 		f(&o)
 	}
+	return read(ctx, st, l, add, o, nil)
+}
+
+// ReadRowGroupsOf decodes only the row groups of add's data file that hold
+// the given physical rows (ascending), for a reader that needs a few rows
+// of a large file: a file written in row groups of R rows costs at most
+// one group per row asked for, not the whole file. It returns the groups'
+// rows (the deletion vector is not applied: the caller asks for rows it
+// knows are live) and each asked row's index in that record.
+func ReadRowGroupsOf(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows []int64) (arrow.RecordBatch, []int, error) {
+	plain := *add
+	plain.DeletionVector = nil
+	sel := &rowSelection{rows: rows}
+	rec, err := read(ctx, st, l, &plain, readOptions{}, sel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rec, sel.local, nil
+}
+
+func read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, o readOptions, sel *rowSelection) (arrow.RecordBatch, error) {
 	var pick func([]arrow.Field) []int
 	if len(o.columns) > 0 {
 		var err error
@@ -220,7 +300,7 @@ func Read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, opt
 	if err != nil {
 		return nil, fmt.Errorf("read data file: %w", err)
 	}
-	raw, err := readParquet(ctx, data, pick)
+	raw, err := readParquet(ctx, data, pick, sel)
 	if err != nil {
 		return nil, fmt.Errorf("read data file %s: %w", p, err)
 	}
