@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/schema"
 	"github.com/google/uuid"
@@ -177,13 +179,22 @@ const scalePerFile = 100_000
 // 0..n-1, sequence 1, files of 100k rows), building it on first use under
 // .cache/bench/ at the repository root. The cache is never written after
 // it is complete: runs work on hard-linked copies (cloneTable).
-func scaleTable(b *testing.B, n int) string {
+//
+// rowGroup > 0 writes Parquet row groups of that many rows (what a
+// merge-on-read engine writes), cached apart from the one-group files.
+func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	b.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".cache", "bench", "merge-scale"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := filepath.Join(root, fmt.Sprintf("rows-%d-v1", n))
+	name := fmt.Sprintf("rows-%d-v1", n)
+	var opts []datafile.WriteOption
+	if rowGroup > 0 {
+		name = fmt.Sprintf("rows-%d-rg%d-v1", n, rowGroup)
+		opts = append(opts, datafile.RowGroupRows(rowGroup))
+	}
+	dir := filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "_delta_log")); err == nil {
 		return dir
 	}
@@ -197,7 +208,7 @@ func scaleTable(b *testing.B, n int) string {
 	}
 	defer os.RemoveAll(tmp)
 	store := storage.NewLocal(tmp)
-	rf, err := NewParquetRowFiles(store, scaleLayout)
+	rf, err := NewParquetRowFiles(store, scaleLayout, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -263,7 +274,11 @@ func cloneTable(b *testing.B, src string) string {
 // scaleBatch is one batch of changes into a table of keys 0..n-1: 80%
 // full-image updates of distinct random existing keys, 20% inserts of new keys
 // (from next on), at sequence seq, as one Kafka partition's range.
-func scaleBatch(rng *rand.Rand, n int, size int, next *int64, seq uint64, off int64) *Batch {
+//
+// With stored, one change in five is a delete and one an update whose
+// note column is unavailable (a TOAST placeholder): both need the stored
+// row's values, which merge-on-read reads from the data files.
+func scaleBatch(rng *rand.Rand, n int, size int, next *int64, seq uint64, off int64, stored bool) *Batch {
 	changes := make([]*Change, 0, size)
 	s := pgSeq(seq)
 	picked := make(map[int64]bool, size)
@@ -279,6 +294,17 @@ func scaleBatch(rng *rand.Rand, n int, size int, next *int64, seq uint64, off in
 		}
 		c := &Change{Seq: s, Pos: Position{"orders", 0, off + int64(i)}, SourceTsMicros: 1_700_000_000_000_000 + int64(seq),
 			Values: scaleValues(id, seq)}
+		switch {
+		case stored && i%5 == 1:
+			c.Delete = true
+			for j := range c.Values {
+				if j != scaleLayout.Key[0] {
+					c.Values[j] = schema.Unavailable
+				}
+			}
+		case stored && i%5 == 2:
+			c.Values[5] = schema.Unavailable
+		}
 		c.Key = EncodeKey(c.Values, scaleLayout.Key)
 		changes = append(changes, c)
 	}
@@ -301,11 +327,18 @@ func scaleLargeRows(b *testing.B) int {
 // openScale opens an applier on a fresh clone of the cached n-row table.
 func openScale(b *testing.B, n int, mode string) *TableApplier {
 	b.Helper()
-	dir := cloneTable(b, scaleTable(b, n))
+	m, _ := scaleMode(mode)
+	var rowGroup int64
+	var opts []datafile.WriteOption
+	if m == MergeOnRead { // as the engine writes merge-on-read tables
+		rowGroup = MergeOnReadRowGroupRows
+		opts = append(opts, datafile.RowGroupRows(rowGroup))
+	}
+	dir := cloneTable(b, scaleTable(b, n, rowGroup))
 	store := storage.NewLocal(dir)
-	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l, opts...) }
 	a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
-	if err := setScaleMode(a, mode); err != nil {
+	if err := a.SetMergeMode(m); err != nil {
 		b.Fatal(err)
 	}
 	started := time.Now()
@@ -320,7 +353,9 @@ func openScale(b *testing.B, n int, mode string) *TableApplier {
 // 10k-change batch (80% updates of random existing keys, 20% new keys)
 // applied to a 100k-row table and to a 10M-row table (files of 100k rows;
 // CDCAPPLY_BENCH_LARGE_ROWS overrides the large size), one of each per
-// iteration. It reports the wall and CPU time of each apply (plan, data
+// iteration, in copy-on-write and merge-on-read; merge-on-read-stored
+// makes 20% of each batch deletes and 20% updates with a TOAST
+// placeholder, so merge-on-read also reads stored rows. It reports the wall and CPU time of each apply (plan, data
 // files, commit) and their ratios; opening the tables is not timed. On a
 // shared machine the CPU figures are the steadier ones.
 //
@@ -339,8 +374,9 @@ func BenchmarkMergeScale(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				seq, off := uint64(i+2), int64(i*batch)
-				bs := scaleBatch(rng, small, batch, &nextS, seq, off)
-				bl := scaleBatch(rng, large, batch, &nextL, seq, off)
+				_, stored := scaleMode(mode)
+				bs := scaleBatch(rng, small, batch, &nextS, seq, off, stored)
+				bl := scaleBatch(rng, large, batch, &nextL, seq, off, stored)
 				started, cpu0 := time.Now(), cpuTime()
 				rs, err := as.Apply(ctx, bs)
 				if err != nil {
@@ -355,7 +391,7 @@ func BenchmarkMergeScale(b *testing.B) {
 				}
 				tLarge += time.Since(started)
 				cLarge += cpuTime() - cpu0
-				if rs.Counts.Update+rs.Counts.Insert != batch || rl.Counts.Update+rl.Counts.Insert != batch {
+				if rs.Counts.Update+rs.Counts.Insert+rs.Counts.Delete+rs.Counts.Revive != batch || rl.Counts.Update+rl.Counts.Insert+rl.Counts.Delete+rl.Counts.Revive != batch {
 					b.Fatalf("counts small %+v large %+v, want %d rows each", rs.Counts, rl.Counts, batch)
 				}
 				filesSmall += rs.Files.Added + rs.Files.Removed
@@ -387,7 +423,7 @@ func rowsLabel(n int) string {
 // of the scale layout): snapshot plus key index built from the data files.
 func BenchmarkOpenIndex(b *testing.B) {
 	const n = 1_000_000
-	dir := scaleTable(b, n)
+	dir := scaleTable(b, n, 0)
 	store := storage.NewLocal(dir)
 	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
 	ctx := context.Background()
@@ -404,11 +440,15 @@ func BenchmarkOpenIndex(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }
 
-// scaleModes are the merge modes BenchmarkMergeScale compares.
-var scaleModes = []string{string(CopyOnWrite), string(MergeOnRead)}
+// scaleModes are the merge modes BenchmarkMergeScale compares; the
+// "-stored" variant's batches have deletes and TOAST placeholders.
+var scaleModes = []string{string(CopyOnWrite), string(MergeOnRead), string(MergeOnRead) + "-stored"}
 
-func setScaleMode(a *TableApplier, mode string) error {
-	return a.SetMergeMode(MergeMode(mode))
+// scaleMode splits a scaleModes name into the merge mode and whether the
+// batches need stored values.
+func scaleMode(name string) (MergeMode, bool) {
+	m, stored := strings.CutSuffix(name, "-stored")
+	return MergeMode(m), stored
 }
 
 // lookupIndexes caches the indexes BenchmarkKeyIndexLookup builds, one per
