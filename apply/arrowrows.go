@@ -193,6 +193,12 @@ func arrowRowsAt(rec arrow.RecordBatch, nSource int, at []int64) ([]Row, error) 
 			if err != nil {
 				return nil, fmt.Errorf("column %s row %d: %w", rec.Schema().Field(c).Name, r, err)
 			}
+			if at != nil {
+				// A few rows of a row group: copy their text out, or each
+				// would keep its column's whole buffer alive as long as
+				// the batch holds the row (hundreds of MiB per batch).
+				v = v.Clone()
+			}
 			rows[i].Values[c] = v
 		}
 	}

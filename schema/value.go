@@ -133,6 +133,22 @@ func (v Value) Elems() []Value {
 	return unsafe.Slice(v.elems, v.I)
 }
 
+// Clone returns v with its own copy of its text and of every nested
+// element: a value read zero-copy out of a larger buffer (an Arrow column)
+// no longer keeps that buffer alive.
+func (v Value) Clone() Value {
+	v.S = strings.Clone(v.S)
+	if v.elems != nil {
+		src := v.Elems()
+		dst := make([]Value, len(src))
+		for i := range src {
+			dst[i] = src[i].Clone()
+		}
+		v.elems = unsafe.SliceData(dst)
+	}
+	return v
+}
+
 // IsNull reports whether v is NULL.
 func (v Value) IsNull() bool { return v.Kind == KindNull }
 
