@@ -38,6 +38,10 @@ type Job struct {
 	// CPUProfile, when set, is a file the engine side writes a Go CPU
 	// profile of its whole run to (go tool pprof).
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// HeapProfile, when set, is a file the engine side writes a Go heap
+	// profile to each time the sampled heap passes its peak by 10%, so
+	// the file ends as the heap near its largest (go tool pprof).
+	HeapProfile string `json:"heap_profile,omitempty"`
 }
 
 // Ends are the offsets one past the last record of each partition of the
@@ -171,8 +175,14 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS"), HeapInUse: heapInUse()}
 			mu.Lock()
 			res.Samples = append(res.Samples, s)
+			grew := s.HeapInUse > res.PeakHeapInUse+res.PeakHeapInUse/10
 			res.PeakHeapInUse = max(res.PeakHeapInUse, s.HeapInUse)
 			mu.Unlock()
+			if grew && job.HeapProfile != "" {
+				if err := writeHeapProfile(job.HeapProfile); err != nil {
+					fmt.Fprintln(os.Stderr, "bench engine:", err)
+				}
+			}
 			select {
 			case <-runCtx.Done():
 				return
@@ -361,4 +371,20 @@ func ServeEngine(ctx context.Context, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("bench engine: write the result: %w", encErr)
 	}
 	return err
+}
+
+// writeHeapProfile replaces path with a heap profile of this process.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
 }

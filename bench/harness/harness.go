@@ -56,6 +56,9 @@ type Options struct {
 	// CPUProfile is where the engine side writes a Go CPU profile of its
 	// run (empty: none).
 	CPUProfile string
+	// HeapProfile is where the engine side writes a heap profile taken
+	// near its heap's peak (empty: none).
+	HeapProfile string
 
 	// EngineCommand starts the engine process (e.g. `cdcapply bench
 	// -engine`); it speaks ServeEngine's protocol on stdin/stdout. Empty
@@ -177,7 +180,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o644); err != nil {
 		return nil, err
 	}
-	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile}
+	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile, HeapProfile: o.HeapProfile}
 
 	engCtx := ctx
 	if o.Timeout > 0 {

@@ -62,6 +62,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repo := fs.String("repo", "", "the repository holding bench/peers (default: found upwards from the working directory)")
 	jsonPath := fs.String("json", "", "write every figure as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the engine's run to this file")
+	heapProfile := fs.String("memprofile", "", "write a Go heap profile of the engine, taken near its heap's peak, to this file")
 	svgPath := fs.String("svg", "", "plot throughput, freshness and RSS over time to this SVG file")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -83,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
