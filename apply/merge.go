@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
@@ -183,9 +185,12 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if !ok {
 			return nil, fmt.Errorf("plan batch: merge-on-read needs data files that take deletion vectors")
 		}
-		for _, id := range ids {
-			var err error
-			if rows, err = ix.planDeletes(ctx, id, byFile[id], rf, rd, rows, appliedMicros, p); err != nil {
+		stored, err := ix.readStored(ctx, ids, byFile, rd)
+		if err != nil {
+			return nil, err
+		}
+		for i, id := range ids {
+			if rows, err = ix.planDeletes(ctx, id, byFile[id], stored[i], rd, rows, appliedMicros, p); err != nil {
 				return nil, err
 			}
 		}
@@ -252,32 +257,66 @@ func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []change
 	return nil
 }
 
+// readStored reads, for each file of ids, the stored rows its changes
+// need (a column left unavailable, a delete) by physical index, on up to
+// GOMAXPROCS goroutines: decoding row groups is most of a merge-on-read
+// batch's time when many changes need stored values, and files are
+// independent. The index is only read here, before any goroutine starts.
+func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fileID][]changedKey, rd RowDeleter) ([]map[int64]*Row, error) {
+	want := make([][]int64, len(ids))
+	var jobs []int
+	for i, id := range ids {
+		for _, c := range byFile[id] {
+			if needsStored(c.r) {
+				want[i] = append(want[i], int64(ix.entries[c.entry].row))
+			}
+		}
+		if len(want[i]) > 0 {
+			slices.Sort(want[i])
+			jobs = append(jobs, i)
+		}
+	}
+	out := make([]map[int64]*Row, len(ids))
+	errs := make([]error, len(ids))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fileRows, err := rd.ReadRowsAt(ctx, ix.files[ids[i]], want[i])
+				if err != nil {
+					errs[i] = fmt.Errorf("plan batch: %w", err)
+					continue
+				}
+				m := make(map[int64]*Row, len(fileRows))
+				for j := range fileRows {
+					m[fileRows[j].Pos] = &fileRows[j]
+				}
+				out[i] = m
+			}
+		}()
+	}
+	for _, i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, i := range jobs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+	}
+	return out, nil
+}
+
 // planDeletes moves the batch's changed keys of file id to the batch's new
 // rows and hides their old rows with the file's deletion vector
-// (merge-on-read). It returns rows with the new rows appended.
-func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []changedKey, rf RowFiles, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
+// (merge-on-read), taking stored values from stored (readStored's rows of
+// that file). It returns rows with the new rows appended.
+func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []changedKey, stored map[int64]*Row, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
 	old := ix.files[id]
-	// Only the rows of changes that take stored values are read: their
-	// physical indexes come from the index, and each row read must hold
-	// the key the index places there.
-	var want []int64
-	for _, c := range changed {
-		if needsStored(c.r) {
-			want = append(want, int64(ix.entries[c.entry].row))
-		}
-	}
-	var stored map[int64]*Row
-	if len(want) > 0 {
-		slices.Sort(want)
-		fileRows, err := rd.ReadRowsAt(ctx, old, want)
-		if err != nil {
-			return nil, fmt.Errorf("plan batch: %w", err)
-		}
-		stored = make(map[int64]*Row, len(fileRows))
-		for i := range fileRows {
-			stored[fileRows[i].Pos] = &fileRows[i]
-		}
-	}
 	positions := make([]int64, 0, len(changed))
 	for _, c := range changed {
 		r := c.r

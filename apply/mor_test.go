@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -208,20 +209,20 @@ func TestMergeOnReadCostFollowsBatch(t *testing.T) {
 		}
 		apply(cs...)
 	}
-	counting.reads = 0
+	counting.reads.Store(0)
 	var cs []*Change
 	for f := 0; f < 10; f++ {
 		cs = append(cs, refChange(int64(f*10+3), 2, "u", "paid", off+int64(f)))
 	}
 	res := apply(cs...)
-	if counting.reads != 0 || res.Files.Added != 11 || res.Files.Removed != 10 || res.Counts.Update != 10 {
+	if counting.reads.Load() != 0 || res.Files.Added != 11 || res.Files.Removed != 10 || res.Counts.Update != 10 {
 		t.Fatalf("full-image updates into 10 files: %d data file reads, %+v files, counts %+v; want 0 reads, 11 added (10 vectors + 1 new), 10 removed",
-			counting.reads, res.Files, res.Counts)
+			counting.reads.Load(), res.Files, res.Counts)
 	}
 	// A delete needs the stored values for its tombstone: its file is read.
 	res = apply(refChange(55, 3, "d", "", off))
-	if counting.reads != 1 || res.Counts.Delete != 1 {
-		t.Fatalf("a delete: %d data file reads, counts %+v; want 1 read", counting.reads, res.Counts)
+	if counting.reads.Load() != 1 || res.Counts.Delete != 1 {
+		t.Fatalf("a delete: %d data file reads, counts %+v; want 1 read", counting.reads.Load(), res.Counts)
 	}
 	rows, _ := tableState(t, store)
 	want := ordersOracle{}
@@ -239,16 +240,16 @@ func TestMergeOnReadCostFollowsBatch(t *testing.T) {
 
 type countingRowFiles struct {
 	*ParquetRowFiles
-	reads int
+	reads atomic.Int64 // ReadRowsAt runs on several goroutines
 }
 
 func (c *countingRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, error) {
-	c.reads++
+	c.reads.Add(1)
 	return c.ParquetRowFiles.ReadRows(ctx, add)
 }
 
 func (c *countingRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
-	c.reads++
+	c.reads.Add(1)
 	return c.ParquetRowFiles.ReadRowsAt(ctx, add, rows)
 }
 
