@@ -181,16 +181,7 @@ func TestMergeOnReadCostFollowsBatch(t *testing.T) {
 		counting.ParquetRowFiles = rf
 		return counting, err
 	}
-	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
-	if err := a.SetMergeMode(MergeOnRead); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.SetLayout(refLayout); err != nil {
-		t.Fatal(err)
-	}
+	a := openMergeOnRead(t, store, newFiles)
 	off := int64(0)
 	apply := func(changes ...*Change) *Result {
 		t.Helper()
@@ -460,16 +451,7 @@ func TestReadRowsAt(t *testing.T) {
 func TestMergeOnReadChecksStoredRowKey(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
-	a := NewTableApplier("orders", "p", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
-	if err := a.SetMergeMode(MergeOnRead); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.SetLayout(refLayout); err != nil {
-		t.Fatal(err)
-	}
+	a := openMergeOnRead(t, store, func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) })
 	var cs []*Change
 	for i := 0; i < 5; i++ {
 		cs = append(cs, refChange(int64(i), 1, "c", "new", int64(i)))
@@ -487,4 +469,21 @@ func TestMergeOnReadChecksStoredRowKey(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "lacks key") {
 		t.Fatalf("delete with a wrong index entry: err %v, want the file to lack the key", err)
 	}
+}
+
+// openMergeOnRead opens a merge-on-read applier of the orders layout on
+// store.
+func openMergeOnRead(t *testing.T, store storage.Storage, newFiles func(*Layout) (RowFiles, error)) *TableApplier {
+	t.Helper()
+	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+	if err := a.SetMergeMode(MergeOnRead); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetLayout(refLayout); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
