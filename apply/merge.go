@@ -127,6 +127,9 @@ type pendingEntry struct {
 type changedKey struct {
 	r     *Reduced
 	entry int
+	// stored: resolving r takes values from the stored row (needsStored),
+	// decided once by readStored.
+	stored bool
 }
 
 func newPlan() *Plan { return &Plan{newFile: -1} }
@@ -266,9 +269,10 @@ func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fil
 	want := make([][]int64, len(ids))
 	var jobs []int
 	for i, id := range ids {
-		for _, c := range byFile[id] {
-			if needsStored(c.r) {
-				want[i] = append(want[i], int64(ix.entries[c.entry].row))
+		changed := byFile[id]
+		for j := range changed {
+			if changed[j].stored = needsStored(changed[j].r); changed[j].stored {
+				want[i] = append(want[i], int64(ix.entries[changed[j].entry].row))
 			}
 		}
 		if len(want[i]) > 0 {
@@ -322,7 +326,7 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []change
 		r := c.r
 		e := ix.state(c.entry)
 		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
-		if needsStored(r) {
+		if c.stored {
 			fr, ok := stored[e.row]
 			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
 				return nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)

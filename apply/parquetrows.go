@@ -90,10 +90,7 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
 	}
-	for i := range rows {
-		rows[i].Pos = int64(i)
-	}
-	if len(deleted) == 0 {
+	if len(deleted) == 0 { // arrowToRows set each row's Pos
 		return rows, nil
 	}
 	kept := rows[:0]
@@ -108,15 +105,11 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 	return kept, nil
 }
 
-// ReadRowsAt implements RowDeleter: the file is decoded as a whole (a
-// Parquet page is the smallest unit), but only the wanted rows become
-// Rows.
+// ReadRowsAt implements RowDeleter: only the row groups holding the
+// wanted rows are decoded (datafile.ReadRowGroupsOf, which also refuses
+// rows that are not ascending physical indexes), and only the wanted rows
+// become Rows, with their text copied out of the Arrow buffers.
 func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
-	for i, r := range rows {
-		if r < 0 || (i > 0 && r <= rows[i-1]) {
-			return nil, fmt.Errorf("read rows of %s: rows %v are not ascending physical indexes", add.Path, rows)
-		}
-	}
 	if add.DeletionVector != nil {
 		bm, err := dv.Load(ctx, p.store, add.DeletionVector)
 		if err != nil {

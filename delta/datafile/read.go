@@ -47,7 +47,7 @@ func (sel *rowSelection) groups(pr *file.Reader) ([]int, error) {
 			groups = append(groups, g)
 			for ; i < len(sel.rows) && sel.rows[i] < end; i++ {
 				if sel.rows[i] < start || (i > 0 && sel.rows[i] <= sel.rows[i-1]) {
-					return nil, fmt.Errorf("rows to read are not ascending at %d", sel.rows[i])
+					return nil, fmt.Errorf("rows to read are not ascending physical indexes at %d", sel.rows[i])
 				}
 				sel.local = append(sel.local, int(base+sel.rows[i]-start))
 			}
