@@ -114,6 +114,10 @@ type tableRun struct {
 	// the position, and committing it would skip the dropped records.
 	resynced bool
 
+	// loadOpened is set once Load has opened the applier (Run opens it
+	// again: Load's commits are in the table by then).
+	loadOpened bool
+
 	buf tableBuffer
 }
 
