@@ -93,6 +93,34 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSmokePrefill writes the snapshot into the table without Kafka
+// (-prefill), in merge-on-read: the table still verifies against the whole
+// stream's oracle, the engine read exactly the records that were not
+// loaded, and the loaded snapshot is what the engine's first commit
+// found in the table.
+func TestSmokePrefill(t *testing.T) {
+	o := smokeOptions(t)
+	o.Prefill, o.WriteMode = true, "merge-on-read"
+	o.Workload.HeartbeatEvery = 100 // some heartbeats fall in the snapshot phase
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.OK || rep.Prefill == nil {
+		t.Fatalf("not verified or no prefill: %+v %+v", rep.Verify, rep.Prefill)
+	}
+	p, c := rep.Prefill, rep.Counts
+	if p.Records < o.Workload.SnapshotKeys || p.Rows != o.Workload.SnapshotKeys || p.Commits < 1 || p.Produced == 0 {
+		t.Errorf("prefill %+v: want every one of the %d snapshot keys loaded and the phase's heartbeats produced", p, o.Workload.SnapshotKeys)
+	}
+	if rep.Throughput.Records != c.TableRecords-p.Records {
+		t.Errorf("engine read %d records, want the stream's %d less the %d prefilled", rep.Throughput.Records, c.TableRecords, p.Records)
+	}
+	if first := rep.Engine.Batches[0]; int64(first.RowsBefore) != p.Rows {
+		t.Errorf("the engine's first commit found %d rows, the prefill wrote %d", first.RowsBefore, p.Rows)
+	}
+}
+
 // TestSmokeFreshness produces at a steady rate while the engine runs:
 // freshness is then measured from wall-clock source times.
 func TestSmokeFreshness(t *testing.T) {

@@ -30,6 +30,7 @@ type Report struct {
 	Broker   string          `json:"broker"`
 	Counts   workload.Counts `json:"counts"`
 	Produce  ProduceFigures  `json:"produce"`
+	Prefill  *PrefillFigures `json:"prefill,omitempty"`
 	Verify   []VerifyResult  `json:"verify"`
 
 	// The figures, present only when the table verified.
@@ -458,6 +459,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  produced at %.0f records/s while the engine ran: %d records in %.1fs (%.0f/s)\n", r.Options.Rate, r.Produce.Records, r.Produce.Seconds, r.Produce.PerSecond)
 	} else {
 		fmt.Fprintf(w, "  preproduced before the engine started: %d records, %s in %.1fs (not counted)\n", r.Produce.Records, mib(r.Produce.Bytes), r.Produce.Seconds)
+	}
+	if p := r.Prefill; p != nil {
+		fmt.Fprintf(w, "  prefilled without Kafka before the engine started: %d snapshot records, %d rows in %d commits in %.1fs (not counted)\n", p.Records, p.Rows, p.Commits, p.Seconds)
 	}
 	for _, v := range r.Verify {
 		status := "OK"

@@ -192,6 +192,19 @@ func (g *Generator) Next(ev *Event) bool {
 	return true
 }
 
+// NextSnapshot is Next while the stream is in its snapshot phase: it
+// fills ev with the next record only if the snapshot reads are not all
+// delivered yet (the records among them, such as duplicates of reads and
+// heartbeats, included), and reports false, taking nothing, once the next
+// record belongs to the streamed changes. A prefill takes the snapshot
+// this way and produces the rest with Next.
+func (g *Generator) NextSnapshot(ev *Event) bool {
+	if g.outHead == len(g.out) && g.snapshotted >= g.cfg.SnapshotKeys {
+		return false
+	}
+	return g.Next(ev)
+}
+
 // step generates the next source change (or releases the last held
 // records) and queues what it delivers; false when the stream is over.
 func (g *Generator) step() bool {

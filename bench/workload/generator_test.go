@@ -312,3 +312,51 @@ func TestOracleForEqualsGeneratorOracle(t *testing.T) {
 		return true
 	})
 }
+
+// TestNextSnapshotSplitsTheStream: taking the snapshot phase with
+// NextSnapshot and the rest with Next gives the same records as Next
+// alone; the first part holds every snapshot read and, of the change
+// records, only reads; the second part holds no first delivery of a read.
+func TestNextSnapshotSplitsTheStream(t *testing.T) {
+	cfg := busy(7)
+	cfg.SnapshotKeys = 200
+	cfg.HeartbeatEvery = 50 // heartbeats fall inside the snapshot phase
+	whole := drain(t, newGen(t, cfg))
+	g := newGen(t, cfg)
+	var snap []Event
+	var ev Event
+	for g.NextSnapshot(&ev) {
+		snap = append(snap, ev)
+	}
+	if g.NextSnapshot(&ev) {
+		t.Fatal("NextSnapshot gave a record after reporting the end of the snapshot phase")
+	}
+	rest := drain(t, g)
+	if len(snap)+len(rest) != len(whole) {
+		t.Fatalf("%d + %d records, want %d", len(snap), len(rest), len(whole))
+	}
+	for i, ev := range append(snap, rest...) {
+		if !bytes.Equal(ev.Record.Value, whole[i].Record.Value) || ev.Record.Topic != whole[i].Record.Topic {
+			t.Fatalf("record %d differs from the unsplit stream", i)
+		}
+	}
+	reads, heartbeats := 0, 0
+	for _, ev := range snap {
+		switch {
+		case ev.Class == debezium.ClassHeartbeat:
+			heartbeats++
+		case ev.Class != debezium.ClassChange || ev.Change.Op != debezium.OpRead:
+			t.Fatalf("snapshot phase holds a %v record of op %v", ev.Class, ev.Change.Op)
+		case ev.Copy == Original:
+			reads++
+		}
+	}
+	if reads != int(cfg.SnapshotKeys) || heartbeats == 0 {
+		t.Fatalf("snapshot phase: %d reads (want %d), %d heartbeats (want some)", reads, cfg.SnapshotKeys, heartbeats)
+	}
+	for _, ev := range rest {
+		if ev.Class == debezium.ClassChange && ev.Change.Op == debezium.OpRead && ev.Copy == Original {
+			t.Fatalf("a snapshot read of key %d after the snapshot phase", ev.Change.ID)
+		}
+	}
+}

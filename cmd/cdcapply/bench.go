@@ -51,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxBytes := fs.Int64("max-bytes", 0, "flush.max_bytes (0: the engine's default)")
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
+	prefill := fs.Bool("prefill", false, "write the snapshot straight into the table before the engine starts (no Kafka); the engine reads only the streamed changes")
 	inProcess := fs.Bool("inprocess", false, "run the engine inside this process (RSS then includes the broker and oracle)")
 	timeout := fs.Duration("timeout", 0, "give up on the engine after this long (0: never)")
 	decodeSample := fs.Int("decode-sample", 200_000, "records (spread over the stream) the decode-only measurement decodes")
@@ -86,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
 		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
-		VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
+		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
 	if *brokers != "" {
 		o.Brokers = strings.Split(*brokers, ",")
