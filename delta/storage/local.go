@@ -86,6 +86,34 @@ func (l *Local) List(ctx context.Context, dir string) ([]FileInfo, error) {
 	return out, nil
 }
 
+// Open implements RangeReader.
+func (l *Local) Open(ctx context.Context, p string) (File, error) {
+	full, err := l.full(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(full)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("open %s: %w", full, ErrNotExist)
+		}
+		return nil, fmt.Errorf("open %s: %w", full, err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w", full, err)
+	}
+	return &localFile{File: f, size: info.Size()}, nil
+}
+
+type localFile struct {
+	*os.File
+	size int64
+}
+
+func (f *localFile) Size() int64 { return f.size }
+
 // Read implements Storage.
 func (l *Local) Read(ctx context.Context, p string) ([]byte, error) {
 	full, err := l.full(p)

@@ -8,8 +8,10 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -45,3 +47,38 @@ type Storage interface {
 	// Location names the root for error messages (a directory or URL).
 	Location() string
 }
+
+// File is an open file read in parts.
+type File interface {
+	io.ReaderAt
+	io.Closer
+	Size() int64
+}
+
+// RangeReader is implemented by storages that can read parts of a file
+// without reading all of it: a reader that needs a few pages of a large
+// Parquet file (stored-row reads of merge-on-read) opens it instead of
+// calling Read.
+type RangeReader interface {
+	// Open opens path for reading in parts, or returns an error wrapping
+	// ErrNotExist.
+	Open(ctx context.Context, path string) (File, error)
+}
+
+// Open opens path for reading in parts: through the storage's
+// RangeReader when it has one, else by reading the whole file (wrappers
+// such as fault injectors keep working, whole).
+func Open(ctx context.Context, st Storage, path string) (File, error) {
+	if rr, ok := st.(RangeReader); ok {
+		return rr.Open(ctx, path)
+	}
+	data, err := st.Read(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return memFile{bytes.NewReader(data)}, nil
+}
+
+type memFile struct{ *bytes.Reader }
+
+func (memFile) Close() error { return nil }

@@ -159,3 +159,31 @@ func TestFaultyCrashAndFail(t *testing.T) {
 		t.Fatalf("op log = %v", ops)
 	}
 }
+
+// TestOpenReadsParts: Open reads a file in parts through Local's
+// RangeReader, and through Read (whole) for a storage without one; a
+// missing file is ErrNotExist either way.
+func TestOpenReadsParts(t *testing.T) {
+	ctx := context.Background()
+	l := NewLocal(t.TempDir())
+	if err := l.Write(ctx, "d/f.bin", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	type onlyStorage struct{ Storage } // hides Local's Open
+	for name, st := range map[string]Storage{"local": l, "whole": onlyStorage{l}} {
+		f, err := Open(ctx, st, "d/f.bin")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		buf := make([]byte, 3)
+		if n, err := f.ReadAt(buf, 4); err != nil || n != 3 || string(buf) != "456" || f.Size() != 10 {
+			t.Errorf("%s: ReadAt(4) = %d %q %v, size %d; want 3 \"456\", size 10", name, n, buf, err, f.Size())
+		}
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+		if _, err := Open(ctx, st, "d/missing.bin"); !errors.Is(err, ErrNotExist) {
+			t.Errorf("%s: open of a missing file: %v, want ErrNotExist", name, err)
+		}
+	}
+}
