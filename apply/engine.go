@@ -196,7 +196,7 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	}
 	var fileOpts []datafile.WriteOption
 	if MergeMode(tc.WriteMode) == MergeOnRead {
-		fileOpts = append(fileOpts, datafile.RowGroupRows(MergeOnReadRowGroupRows))
+		fileOpts = MergeOnReadFileOptions()
 	}
 	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l, fileOpts...) }
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)

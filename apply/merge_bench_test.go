@@ -191,8 +191,8 @@ func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	name := fmt.Sprintf("rows-%d-v1", n)
 	var opts []datafile.WriteOption
 	if rowGroup > 0 {
-		name = fmt.Sprintf("rows-%d-rg%d-v1", n, rowGroup)
-		opts = append(opts, datafile.RowGroupRows(rowGroup))
+		name = fmt.Sprintf("rows-%d-rg%d-p%d-v1", n, rowGroup, MergeOnReadPageBytes)
+		opts = MergeOnReadFileOptions()
 	}
 	dir := filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "_delta_log")); err == nil {
@@ -332,7 +332,7 @@ func openScale(b *testing.B, n int, mode string) *TableApplier {
 	var opts []datafile.WriteOption
 	if m == MergeOnRead { // as the engine writes merge-on-read tables
 		rowGroup = MergeOnReadRowGroupRows
-		opts = append(opts, datafile.RowGroupRows(rowGroup))
+		opts = MergeOnReadFileOptions()
 	}
 	dir := cloneTable(b, scaleTable(b, n, rowGroup))
 	store := storage.NewLocal(dir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/dv"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
 )
 
 // ParquetRowFiles is RowFiles over the table's real Parquet data files.
@@ -37,6 +39,20 @@ type ParquetRowFiles struct {
 // by the batch; 8192 rows keeps groups large enough for column
 // compression and for readers that plan by row group.
 const MergeOnReadRowGroupRows = 8192
+
+// MergeOnReadPageBytes is the data page size of the files a merge-on-read
+// table's engine writes. Stored rows are read page by page through the
+// offset index (datafile.ReadValuesAt), so a stored row costs about one
+// page per column: 8 KiB pages keep that near the row's own size while
+// staying large enough for compression (parquet-go's default is 256 KiB,
+// a whole column chunk of a row group here).
+const MergeOnReadPageBytes = 8 << 10
+
+// MergeOnReadFileOptions are the write options of a merge-on-read table's
+// data files (row groups and pages sized for stored-row reads).
+func MergeOnReadFileOptions() []datafile.WriteOption {
+	return []datafile.WriteOption{datafile.RowGroupRows(MergeOnReadRowGroupRows), datafile.PageBytes(MergeOnReadPageBytes)}
+}
 
 // inlineDVLimit is the largest serialized deletion vector kept inline in
 // the log (descriptor storage type "i"); larger ones go to their own file
@@ -121,6 +137,54 @@ func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows [
 			}
 		}
 	}
+	out, err := p.readRowsAtPages(ctx, add, rows)
+	if errors.Is(err, datafile.ErrNoPointRead) {
+		return p.readRowsAtGroups(ctx, add, rows)
+	}
+	return out, err
+}
+
+// readRowsAtPages reads the rows through the Parquet page index
+// (datafile.ReadValuesAt): only the pages holding them are decoded, and
+// no Arrow arrays are built.
+func (p *ParquetRowFiles) readRowsAtPages(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
+	cols, err := datafile.ReadValuesAt(ctx, p.store, p.file, add, rows)
+	if err != nil {
+		return nil, err
+	}
+	nSource := len(p.layout.Source)
+	if len(cols) != nSource+4 {
+		return nil, fmt.Errorf("read rows of %s: %d columns, want %d source and 4 engine columns", add.Path, len(cols), nSource)
+	}
+	out := make([]Row, len(rows))
+	vals := make([]schema.Value, len(rows)*nSource) // one allocation for all values
+	for i := range out {
+		r := &out[i]
+		r.Pos = rows[i]
+		r.Values = vals[i*nSource : (i+1)*nSource : (i+1)*nSource]
+		for c := range nSource {
+			r.Values[c] = cols[c][i]
+		}
+		seq, del, src, app := cols[nSource][i], cols[nSource+1][i], cols[nSource+2][i], cols[nSource+3][i]
+		if seq.Kind != schema.KindString || del.Kind != schema.KindBool || app.Kind != schema.KindInt || (src.Kind != schema.KindInt && !src.IsNull()) {
+			return nil, fmt.Errorf("read rows of %s: row %d: engine columns hold %s, %s, %s, %s", add.Path, rows[i], seq.Kind, del.Kind, src.Kind, app.Kind)
+		}
+		if r.Seq, err = parseSeqText(seq.S); err != nil {
+			return nil, fmt.Errorf("read rows of %s: row %d: %s: %w", add.Path, rows[i], ColSeq, err)
+		}
+		r.Deleted = del.I != 0
+		if !src.IsNull() {
+			r.SourceTsMicros = src.I
+		}
+		r.AppliedMicros = app.I
+	}
+	return out, nil
+}
+
+// readRowsAtGroups reads the rows by decoding the row groups that hold
+// them into Arrow (datafile.ReadRowGroupsOf): every file and layout this
+// module reads, at the cost of whole row groups.
+func (p *ParquetRowFiles) readRowsAtGroups(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
 	rec, local, err := datafile.ReadRowGroupsOf(ctx, p.store, p.file, add, rows)
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)

@@ -179,7 +179,11 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	}
 	sc := pq.NewSchema("spark_schema", root)
 	var out bytes.Buffer
-	w := pq.NewWriter(&out, sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", ""))
+	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", "")}
+	if o.page > 0 {
+		wopts = append(wopts, pq.PageBufferSize(o.page))
+	}
+	w := pq.NewWriter(&out, wopts...)
 	n := rec.NumRows()
 	for start := int64(0); start < n || start == 0; start += o.rowGroup {
 		end := min(n, start+o.rowGroup)

@@ -265,6 +265,22 @@ func ReadRowGroupsOf(ctx context.Context, st storage.Storage, l Layout, add *del
 	return rec, sel.local, nil
 }
 
+// dataPath is add's file as a path inside st.
+func dataPath(st storage.Storage, add *delta.Add) (string, error) {
+	p, abs, err := delta.DecodePath(add.Path)
+	if err != nil {
+		return "", fmt.Errorf("read data file: %w", err)
+	}
+	if abs {
+		root := strings.TrimSuffix(st.Location(), "/") + "/"
+		if !strings.HasPrefix(p, root) {
+			return "", fmt.Errorf("read data file %s: absolute path outside the table at %s", add.Path, st.Location())
+		}
+		p = strings.TrimPrefix(p, root)
+	}
+	return p, nil
+}
+
 func read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, o readOptions, sel *rowSelection) (arrow.RecordBatch, error) {
 	var pick func([]arrow.Field) []int
 	if len(o.columns) > 0 {
@@ -285,16 +301,9 @@ func read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, o r
 			return idx
 		}
 	}
-	p, abs, err := delta.DecodePath(add.Path)
+	p, err := dataPath(st, add)
 	if err != nil {
-		return nil, fmt.Errorf("read data file: %w", err)
-	}
-	if abs {
-		root := strings.TrimSuffix(st.Location(), "/") + "/"
-		if !strings.HasPrefix(p, root) {
-			return nil, fmt.Errorf("read data file %s: absolute path outside the table at %s", add.Path, st.Location())
-		}
-		p = strings.TrimPrefix(p, root)
+		return nil, err
 	}
 	data, err := st.Read(ctx, p)
 	if err != nil {

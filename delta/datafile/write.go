@@ -31,6 +31,7 @@ type writeOptions struct {
 	codec    Codec
 	now      func() time.Time
 	rowGroup int64
+	page     int
 }
 
 // Compression sets the codec of written files (default Zstd).
@@ -41,6 +42,11 @@ func Clock(now func() time.Time) WriteOption { return func(o *writeOptions) { o.
 
 // RowGroupRows bounds the rows per Parquet row group (default 1Mi).
 func RowGroupRows(n int64) WriteOption { return func(o *writeOptions) { o.rowGroup = n } }
+
+// PageBytes sets the size data pages are cut at before compression
+// (default 256 KiB, parquet-go's). Small pages let a reader that needs a
+// few rows (ReadValuesAt) decode little more than those rows.
+func PageBytes(n int) WriteOption { return func(o *writeOptions) { o.page = n } }
 
 // Write stores rec, the table's data columns (every non-partition column
 // in schema order, logical names and ArrowType types), as a new Parquet

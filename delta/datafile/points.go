@@ -1,0 +1,295 @@
+package datafile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// ErrNoPointRead says ReadValuesAt does not read this table layout or
+// file (partition columns, column mapping by id, nested or void columns,
+// Parquet types without a direct conversion such as INT96 or millisecond
+// timestamps); the caller reads the rows' row groups instead
+// (ReadRowGroupsOf), which reads every file this package reads.
+var ErrNoPointRead = errors.New("no point read for this layout or file")
+
+// ReadValuesAt reads the values of the given physical rows (ascending,
+// distinct) of add's data file. The deletion vector is not applied: the
+// caller asks for rows it knows are live. It returns one slice per column
+// of the layout's schema, in schema order, holding the rows' values in
+// the order asked; a column the file lacks (added to the table after the
+// file was written) is NULL.
+//
+// Only the data pages holding the rows are read and decompressed: the
+// file is opened in parts (storage.Open), each column chunk's offset index
+// locates the page of a row, and of that page only the values from the
+// row on are decoded, with no Arrow arrays built. A file written in small
+// pages (PageBytes) therefore costs about one page per column per row
+// asked for, however large the file; rows close together share pages.
+func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows []int64) ([][]schema.Value, error) {
+	if len(l.PartitionColumns) > 0 || l.Mapping == MappingID {
+		return nil, fmt.Errorf("%w: partition columns or column mapping by id", ErrNoPointRead)
+	}
+	for i, r := range rows {
+		if r < 0 || (i > 0 && r <= rows[i-1]) {
+			return nil, fmt.Errorf("read rows of %s: rows must be ascending and distinct (row %d after %d)", add.Path, r, rows[max(i-1, 0)])
+		}
+	}
+	p, err := dataPath(st, add)
+	if err != nil {
+		return nil, err
+	}
+	f, err := storage.Open(ctx, st, p)
+	if err != nil {
+		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+	}
+	defer f.Close()
+	// The page index is read per column chunk used (readChunkAt), not
+	// for the whole file at open: a few rows need a few chunks' indexes.
+	pf, err := pq.OpenFile(f, f.Size(), pq.SkipPageIndex(true), pq.SkipBloomFilters(true))
+	if err != nil {
+		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
+	}
+	cols, err := l.pointColumns(pf)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) > 0 && rows[len(rows)-1] >= pf.NumRows() {
+		return nil, fmt.Errorf("read rows of %s: row %d of a file of %d rows", add.Path, rows[len(rows)-1], pf.NumRows())
+	}
+	out := make([][]schema.Value, len(cols))
+	for c := range out {
+		out[c] = make([]schema.Value, len(rows))
+	}
+	// Walk the row groups, handing each the rows it holds.
+	var first int64 // the group's first row in the file
+	i := 0
+	for _, rg := range pf.RowGroups() {
+		n := rg.NumRows()
+		j := i
+		for j < len(rows) && rows[j] < first+n {
+			j++
+		}
+		if j > i {
+			chunks := rg.ColumnChunks()
+			for c, pc := range cols {
+				if pc.leaf < 0 {
+					continue // not in this file: NULL
+				}
+				if err := readChunkAt(chunks[pc.leaf], pc.conv, rows[i:j], first, out[c][i:j]); err != nil {
+					return nil, fmt.Errorf("read rows of %s: column %s: %w", add.Path, l.Schema.Fields[c].Name, err)
+				}
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		i, first = j, first+n
+	}
+	return out, nil
+}
+
+// pointColumn maps one table column to its file leaf (-1: absent).
+type pointColumn struct {
+	leaf int
+	conv func(pq.Value) schema.Value
+}
+
+// pointColumns maps the layout's columns to the file's top-level leaves
+// and picks each one's conversion, or returns ErrNoPointRead.
+func (l Layout) pointColumns(pf *pq.File) ([]pointColumn, error) {
+	sc := pf.Schema()
+	top := map[string]pq.Field{}
+	for _, f := range sc.Fields() {
+		top[f.Name()] = f
+	}
+	cols := make([]pointColumn, len(l.Schema.Fields))
+	for i, f := range l.Schema.Fields {
+		if f.Type == delta.Void {
+			return nil, fmt.Errorf("%w: void column %s", ErrNoPointRead, f.Name)
+		}
+		name := l.physicalName(f)
+		ff, ok := top[name]
+		if !ok {
+			cols[i].leaf = -1
+			continue
+		}
+		leaf, ok := sc.Lookup(name)
+		if !ff.Leaf() || ff.Repeated() || !ok || leaf.MaxRepetitionLevel != 0 {
+			return nil, fmt.Errorf("%w: nested column %s", ErrNoPointRead, f.Name)
+		}
+		conv := pointConversion(f.Type, ff.Type())
+		if conv == nil {
+			return nil, fmt.Errorf("%w: column %s: %s from %s", ErrNoPointRead, f.Name, f.Type, ff.Type())
+		}
+		cols[i] = pointColumn{leaf: leaf.ColumnIndex, conv: conv}
+	}
+	return cols, nil
+}
+
+// pointConversion converts a file column's values to the table type's
+// schema.Value as the Arrow path (Read, then Conform) reads them, or is
+// nil for a pairing it does not take.
+func pointConversion(t delta.DataType, ft pq.Type) func(pq.Value) schema.Value {
+	kind := ft.Kind()
+	var lt any
+	if l := ft.LogicalType(); l != nil {
+		lt = l.Value
+	}
+	switch t {
+	case delta.Boolean:
+		if kind == pq.Boolean {
+			return func(v pq.Value) schema.Value { return schema.Bool(v.Boolean()) }
+		}
+	case delta.Byte, delta.Short, delta.Integer, delta.Date:
+		if kind == pq.Int32 {
+			return func(v pq.Value) schema.Value { return schema.Int(int64(v.Int32())) }
+		}
+	case delta.Long:
+		switch kind {
+		case pq.Int64:
+			return func(v pq.Value) schema.Value { return schema.Int(v.Int64()) }
+		case pq.Int32:
+			return func(v pq.Value) schema.Value { return schema.Int(int64(v.Int32())) }
+		}
+	case delta.Float:
+		if kind == pq.Float {
+			return func(v pq.Value) schema.Value { return schema.Float(float64(v.Float())) }
+		}
+	case delta.Double:
+		switch kind {
+		case pq.Double:
+			return func(v pq.Value) schema.Value { return schema.Float(v.Double()) }
+		case pq.Float:
+			return func(v pq.Value) schema.Value { return schema.Float(float64(v.Float())) }
+		}
+	case delta.String:
+		if kind == pq.ByteArray {
+			return func(v pq.Value) schema.Value { return schema.String(string(v.ByteArray())) }
+		}
+	case delta.Binary:
+		if kind == pq.ByteArray {
+			return func(v pq.Value) schema.Value { return schema.Bytes(append([]byte(nil), v.ByteArray()...)) }
+		}
+	case delta.Timestamp, delta.TimestampNTZ:
+		if ts, ok := lt.(*format.TimestampType); ok && kind == pq.Int64 {
+			if _, micros := ts.Unit.Value.(*format.MicroSeconds); micros {
+				return func(v pq.Value) schema.Value { return schema.Int(v.Int64()) }
+			}
+		}
+	}
+	if d, ok := t.(delta.DecimalType); ok {
+		fd, ok := lt.(*format.DecimalType)
+		if !ok || fd.Scale != int32(d.Scale) || d.Precision > 38 {
+			return nil
+		}
+		scale := int32(d.Scale)
+		switch kind {
+		case pq.Int32:
+			return func(v pq.Value) schema.Value { return decimalValue(int64(v.Int32()), scale) }
+		case pq.Int64:
+			return func(v pq.Value) schema.Value { return decimalValue(v.Int64(), scale) }
+		case pq.FixedLenByteArray, pq.ByteArray:
+			return func(v pq.Value) schema.Value { return decimalBigEndian(v.ByteArray(), scale) }
+		}
+	}
+	return nil
+}
+
+func decimalValue(unscaled int64, scale int32) schema.Value {
+	hi := int64(0)
+	if unscaled < 0 {
+		hi = -1
+	}
+	return schema.Value{Kind: schema.KindDecimal, Hi: hi, I: unscaled, Scale: scale}
+}
+
+// decimalBigEndian reads a big-endian two's complement unscaled value of
+// at most 16 bytes (a Parquet decimal's FIXED_LEN_BYTE_ARRAY form).
+func decimalBigEndian(b []byte, scale int32) schema.Value {
+	var hi, lo uint64
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		hi, lo = math.MaxUint64, math.MaxUint64 // sign extension
+	}
+	for _, c := range b {
+		hi = hi<<8 | lo>>56
+		lo = lo<<8 | uint64(c)
+	}
+	return schema.Value{Kind: schema.KindDecimal, Hi: int64(hi), I: int64(lo), Scale: scale}
+}
+
+// readChunkAt reads the values of rows (file rows, ascending, all in the
+// row group starting at file row first) from one column chunk into out.
+// A page is decoded from the first row asked in it to its end, once, and
+// serves every later row asked in it.
+func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int64, first int64, out []schema.Value) error {
+	// Load the chunk's offset index, which SeekToRow jumps by; without
+	// one (an old writer) it reads the chunk's pages from its start.
+	if _, err := cc.OffsetIndex(); err != nil && !errors.Is(err, pq.ErrMissingOffsetIndex) {
+		return fmt.Errorf("offset index: %w", err)
+	}
+	pages := cc.Pages()
+	defer pages.Close()
+	var buf []pq.Value
+	var from, to int64 = -1, -1 // group rows buf holds: [from, to)
+	for k, r := range rows {
+		local := r - first
+		if local >= to {
+			if err := pages.SeekToRow(local); err != nil {
+				return fmt.Errorf("seek to row %d: %w", r, err)
+			}
+			page, err := pages.ReadPage()
+			if err != nil {
+				return fmt.Errorf("page of row %d: %w", r, err)
+			}
+			n := page.NumRows()
+			if n <= 0 {
+				return fmt.Errorf("page of row %d holds no rows", r)
+			}
+			buf = buf[:0]
+			buf = append(buf, make([]pq.Value, n)...)
+			got, err := readAllValues(page.Values(), buf)
+			if err != nil {
+				return fmt.Errorf("values of the page of row %d: %w", r, err)
+			}
+			if int64(got) != n {
+				return fmt.Errorf("page of row %d: %d values for %d rows (not a flat column)", r, got, n)
+			}
+			from, to = local, local+n
+		}
+		v := buf[local-from]
+		if v.IsNull() {
+			out[k] = schema.Null
+		} else {
+			out[k] = conv(v)
+		}
+	}
+	return nil
+}
+
+func readAllValues(r pq.ValueReader, buf []pq.Value) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.ReadValues(buf[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.ErrNoProgress
+		}
+	}
+	return n, nil
+}
