@@ -45,6 +45,12 @@ type Config struct {
 type PipelineConfig struct {
 	// ID prefixes every txn appId the pipeline writes.
 	ID string `json:"id"`
+	// MemoryLimit, in bytes, is the Go runtime's soft memory limit while
+	// the pipeline runs (debug.SetMemoryLimit): the collector works
+	// harder as the process nears it instead of letting the heap grow to
+	// twice its live size. 0 leaves the runtime's own (GOMEMLIMIT, or
+	// none).
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 }
 
 // KafkaConfig is the consumer's connection and group.

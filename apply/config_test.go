@@ -79,6 +79,10 @@ tables: [{name: t, topic: x, location: /t}]`, []string{"kafka.sasl.password: sec
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, location: /t, key_columns: [_cdc_seq]}]`, []string{"tables[0].key_columns[0]: ", "reserved prefix"}},
+		{"memory limit too small", `
+pipeline: {id: p, memory_limit: 1000}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a}]`, []string{"pipeline.memory_limit"}},
 		{"duplicate names", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

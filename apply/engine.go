@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -359,6 +360,11 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 // alone (halted, their partitions paused); the others go on. On return
 // every pending batch has been flushed or dropped, never half-applied.
 func (e *Engine) Run(ctx context.Context) error {
+	if lim := e.cfg.Pipeline.MemoryLimit; lim > 0 {
+		prev := debug.SetMemoryLimit(lim)
+		defer debug.SetMemoryLimit(prev)
+		e.log.Info("memory limit set", "pipeline", e.cfg.Pipeline.ID, "bytes", lim)
+	}
 	for _, t := range e.tables {
 		if err := t.applier.Open(ctx); err != nil {
 			return err

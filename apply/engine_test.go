@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"testing"
@@ -413,4 +414,21 @@ func kfakeEngine(t *testing.T) (p *producer, table string, e *Engine) {
 	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir))
 	t.Cleanup(stop)
 	return p, dir + "/orders", e
+}
+
+// TestEngineMemoryLimit: pipeline.memory_limit is the runtime's soft
+// memory limit while the engine runs, and the previous one after.
+func TestEngineMemoryLimit(t *testing.T) {
+	c, _ := kfakeOrders(t)
+	cfg := testConfig(t, c.ListenAddrs(), t.TempDir())
+	cfg.Pipeline.MemoryLimit = 3 << 30
+	before := debug.SetMemoryLimit(-1)
+	_, stop := startEngineWith(t, cfg)
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Errorf("memory limit while running: %d, want %d", got, int64(3<<30))
+	}
+	stop()
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Errorf("memory limit after Run: %d, want the previous %d", got, before)
+	}
 }
