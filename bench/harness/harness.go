@@ -53,6 +53,8 @@ type Options struct {
 	MaxBytes   int64
 	MaxLatency time.Duration
 	WriteMode  string
+	// MemoryLimit is the pipeline's memory_limit (0: none).
+	MemoryLimit int64
 	// CPUProfile is where the engine side writes a Go CPU profile of its
 	// run (empty: none).
 	CPUProfile string
@@ -389,12 +391,16 @@ func (o Options) pipelineYAML(brokers []string, topic, table string) string {
 	for i, b := range brokers {
 		q[i] = fmt.Sprintf("%q", b)
 	}
-	return fmt.Sprintf(`pipeline: {id: bench}
+	pipeline := "id: bench"
+	if o.MemoryLimit > 0 {
+		pipeline += fmt.Sprintf(", memory_limit: %d", o.MemoryLimit)
+	}
+	return fmt.Sprintf(`pipeline: {%s}
 kafka: {brokers: [%s], group: %q}
 defaults: {%s}
 tables:
   - {name: orders, topic: %q, location: %q, key_columns: [id]}
-`, strings.Join(q, ", "), fmt.Sprintf("cdcapply-bench-%d", time.Now().UnixNano()), defaults, topic, table)
+`, pipeline, strings.Join(q, ", "), fmt.Sprintf("cdcapply-bench-%d", time.Now().UnixNano()), defaults, topic, table)
 }
 
 // endOffsets asks the broker where each partition of topic ends.

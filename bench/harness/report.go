@@ -93,12 +93,13 @@ type OptionSummary struct {
 	MaxBytes      int64           `json:"max_bytes,omitempty"`
 	MaxLatency    string          `json:"max_latency,omitempty"`
 	WriteMode     string          `json:"write_mode,omitempty"`
+	MemoryLimit   int64           `json:"memory_limit,omitempty"`
 	EngineProcess bool            `json:"engine_process"`
 }
 
 func (o Options) summary() OptionSummary {
 	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
-		MaxBytes: o.MaxBytes, WriteMode: o.WriteMode, EngineProcess: len(o.EngineCommand) > 0}
+		MaxBytes: o.MaxBytes, WriteMode: o.WriteMode, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
 	if s.Compression == "" {
 		s.Compression = "lz4"
 	}

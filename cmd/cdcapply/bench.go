@@ -48,6 +48,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	brokers := fs.String("brokers", "", "real Kafka brokers (comma-separated); default an in-process kfake")
 	compression := fs.String("compression", "lz4", "producer compression: none, lz4, snappy, zstd, gzip")
 	maxRecords := fs.Int("max-records", 0, "flush.max_records (0: the engine's default)")
+	memLimit := fs.Int64("memory-limit", 0, "the pipeline's memory_limit in bytes: the engine's soft memory limit (0: none)")
 	maxBytes := fs.Int64("max-bytes", 0, "flush.max_bytes (0: the engine's default)")
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
@@ -85,7 +86,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
