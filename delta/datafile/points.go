@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
@@ -229,14 +230,80 @@ func decimalBigEndian(b []byte, scale int32) schema.Value {
 
 // readChunkAt reads the values of rows (file rows, ascending, all in the
 // row group starting at file row first) from one column chunk into out.
-// A page is decoded from the first row asked in it to its end, once, and
-// serves every later row asked in it.
+// With the chunk's offset index, each wanted row's page is found there,
+// read whole (no slicing copy) once, and its values are decoded forward
+// only as far as the last row wanted in it. Without one (an old writer)
+// the pages are read from the chunk's start.
 func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int64, first int64, out []schema.Value) error {
-	// Load the chunk's offset index, which SeekToRow jumps by; without
-	// one (an old writer) it reads the chunk's pages from its start.
-	if _, err := cc.OffsetIndex(); err != nil && !errors.Is(err, pq.ErrMissingOffsetIndex) {
+	oi, err := cc.OffsetIndex()
+	if errors.Is(err, pq.ErrMissingOffsetIndex) {
+		return readChunkScan(cc, conv, rows, first, out)
+	}
+	if err != nil {
 		return fmt.Errorf("offset index: %w", err)
 	}
+	npages := oi.NumPages()
+	starts := make([]int64, npages)
+	for p := range starts {
+		starts[p] = oi.FirstRowIndex(p)
+	}
+	pages := cc.Pages()
+	defer pages.Close()
+	var page pq.Page
+	defer func() {
+		if page != nil {
+			pq.Release(page)
+		}
+	}()
+	var values pq.ValueReader
+	var scratch []pq.Value
+	cur, next := -1, int64(0) // the page read, the row its reader is at
+	for k, r := range rows {
+		local := r - first
+		p := sort.Search(npages, func(i int) bool { return starts[i] > local }) - 1
+		if p < 0 {
+			return fmt.Errorf("row %d before the chunk's first page", r)
+		}
+		if p != cur {
+			if page != nil {
+				pq.Release(page)
+				page = nil
+			}
+			if err := pages.SeekToRow(starts[p]); err != nil {
+				return fmt.Errorf("seek to page %d of row %d: %w", p, r, err)
+			}
+			if page, err = pages.ReadPage(); err != nil {
+				return fmt.Errorf("page %d of row %d: %w", p, r, err)
+			}
+			if n := page.NumRows(); starts[p]+n <= local {
+				return fmt.Errorf("page %d holds rows %d-%d, not row %d (not a flat column?)", p, starts[p], starts[p]+n-1, local)
+			}
+			values, cur, next = page.Values(), p, starts[p]
+		}
+		want := int(local-next) + 1 // values to decode to reach the row
+		if cap(scratch) < want {
+			scratch = make([]pq.Value, want)
+		}
+		got, err := readAllValues(values, scratch[:want])
+		if err != nil {
+			return fmt.Errorf("values of page %d up to row %d: %w", p, r, err)
+		}
+		if got != want {
+			return fmt.Errorf("page %d: %d values up to row %d, want %d (not a flat column)", p, got, r, want)
+		}
+		next = local + 1
+		if v := scratch[want-1]; v.IsNull() {
+			out[k] = schema.Null
+		} else {
+			out[k] = conv(v)
+		}
+	}
+	return nil
+}
+
+// readChunkScan is readChunkAt for a chunk without an offset index:
+// SeekToRow then reads the chunk's pages from its start.
+func readChunkScan(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int64, first int64, out []schema.Value) error {
 	pages := cc.Pages()
 	defer pages.Close()
 	var buf []pq.Value
@@ -255,8 +322,7 @@ func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int
 			if n <= 0 {
 				return fmt.Errorf("page of row %d holds no rows", r)
 			}
-			buf = buf[:0]
-			buf = append(buf, make([]pq.Value, n)...)
+			buf = append(buf[:0], make([]pq.Value, n)...)
 			got, err := readAllValues(page.Values(), buf)
 			if err != nil {
 				return fmt.Errorf("values of the page of row %d: %w", r, err)
@@ -266,8 +332,7 @@ func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int
 			}
 			from, to = local, local+n
 		}
-		v := buf[local-from]
-		if v.IsNull() {
+		if v := buf[local-from]; v.IsNull() {
 			out[k] = schema.Null
 		} else {
 			out[k] = conv(v)
