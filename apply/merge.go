@@ -40,16 +40,24 @@ type RowFiles interface {
 // RowDeleter is the RowFiles capability merge-on-read needs: marking rows
 // of a live data file deleted in its deletion vector.
 type RowDeleter interface {
-	// DeleteRows returns the add that replaces a: the same data file with
-	// the rows at the given physical indexes added to its deletion vector
-	// (the union with the vector it has). It returns nil when no row of the
-	// file stays live: the file is then removed instead.
-	DeleteRows(ctx context.Context, a *delta.Add, rows []int64) (*delta.Add, error)
+	// DeleteRows returns, for each deletion, the add that replaces its
+	// file: the same data file with the rows at the given physical indexes
+	// added to its deletion vector (the union with the vector it has), or
+	// nil when no row of the file stays live (the file is then removed
+	// instead). One call takes a batch's files, so their vectors can be
+	// written together.
+	DeleteRows(ctx context.Context, dels []Deletion) ([]*delta.Add, error)
 	// ReadRowsAt returns the rows of a's data file at the given physical
 	// indexes (ascending, none hidden by its deletion vector), each with
 	// Pos set: merge-on-read needs the stored values of a few rows of a
 	// file, not all of them.
 	ReadRowsAt(ctx context.Context, a *delta.Add, rows []int64) ([]Row, error)
+}
+
+// Deletion asks for rows of one data file to be hidden.
+type Deletion struct {
+	File *delta.Add
+	Rows []int64
 }
 
 // MergeMode is how a batch writes rows that replace stored ones.
@@ -192,10 +200,27 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if err != nil {
 			return nil, err
 		}
+		var dels []Deletion
+		var delIDs []fileID
 		for i, id := range ids {
-			if rows, err = ix.planDeletes(ctx, id, byFile[id], stored[i], rd, rows, appliedMicros, p); err != nil {
+			var positions []int64
+			if rows, positions, err = ix.planDeletes(id, byFile[id], stored[i], rows, appliedMicros, p); err != nil {
 				return nil, err
 			}
+			if len(positions) > 0 {
+				dels = append(dels, Deletion{File: ix.files[id], Rows: positions})
+				delIDs = append(delIDs, id)
+			}
+		}
+		if len(dels) > 0 {
+			adds, err := rd.DeleteRows(ctx, dels)
+			if err != nil {
+				return nil, fmt.Errorf("plan batch: deletion vectors of %d files: %w", len(dels), err)
+			}
+			for i, id := range delIDs {
+				p.replace(id, dels[i].File, adds[i])
+			}
+			p.DeletionVectors = true
 		}
 	} else {
 		for _, id := range ids {
@@ -316,10 +341,10 @@ func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fil
 }
 
 // planDeletes moves the batch's changed keys of file id to the batch's new
-// rows and hides their old rows with the file's deletion vector
-// (merge-on-read), taking stored values from stored (readStored's rows of
-// that file). It returns rows with the new rows appended.
-func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []changedKey, stored map[int64]*Row, rd RowDeleter, rows []Row, appliedMicros int64, p *Plan) ([]Row, error) {
+// rows (merge-on-read), taking stored values from stored (readStored's
+// rows of that file). It returns rows with the new rows appended and the
+// old rows' positions, which the file's deletion vector is to hide.
+func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int64]*Row, rows []Row, appliedMicros int64, p *Plan) ([]Row, []int64, error) {
 	old := ix.files[id]
 	positions := make([]int64, 0, len(changed))
 	for _, c := range changed {
@@ -329,7 +354,7 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []change
 		if c.stored {
 			fr, ok := stored[e.row]
 			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
-				return nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
+				return nil, nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
 			}
 			st = &StoredRow{Seq: fr.Seq, Deleted: fr.Deleted, Values: fr.Values}
 		}
@@ -341,16 +366,7 @@ func (ix *KeyIndex) planDeletes(ctx context.Context, id fileID, changed []change
 		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows)), entry: c.entry + 1})
 		rows = append(rows, row)
 	}
-	if len(positions) == 0 {
-		return rows, nil
-	}
-	add, err := rd.DeleteRows(ctx, old, positions)
-	if err != nil {
-		return nil, fmt.Errorf("plan batch: deletion vector of %s: %w", old.Path, err)
-	}
-	p.replace(id, old, add)
-	p.DeletionVectors = true
-	return rows, nil
+	return rows, positions, nil
 }
 
 // needsStored reports whether resolving r may take a value from the

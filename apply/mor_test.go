@@ -361,6 +361,21 @@ func TestMergeOnReadReadByDeltaRS(t *testing.T) {
 	if inline == 0 || file == 0 {
 		t.Fatalf("inline %d, file %d deletion vectors: want both kinds", inline, file)
 	}
+	// A batch writes its file vectors into one file: some live vector
+	// must sit past the first offset of its file for delta-rs to find.
+	snap, err := delta.Open(store).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := 0
+	for _, a := range snap.Files() {
+		if d := a.DeletionVector; d != nil && d.Offset != nil && *d.Offset > 1 {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Fatal("no deletion vector shares its file with another: the multi-vector file is not under test")
+	}
 	var res struct {
 		Version     int64            `json:"version"`
 		Rows        []map[string]any `json:"rows"`
@@ -412,9 +427,11 @@ func TestReadRowsAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if add, err = rf.DeleteRows(ctx, add, []int64{3, 7}); err != nil {
+	adds, err := rf.DeleteRows(ctx, []Deletion{{File: add, Rows: []int64{3, 7}}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	add = adds[0]
 	at := []int64{0, 4, 17, 23, 49}
 	got, err := rf.ReadRowsAt(ctx, add, at)
 	if err != nil {

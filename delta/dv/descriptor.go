@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"path"
 	"strings"
 
@@ -83,15 +84,11 @@ func Load(ctx context.Context, st storage.Storage, d *delta.DeletionVector) (*ro
 		if err != nil {
 			return nil, fmt.Errorf("load deletion vector: %w", err)
 		}
-		file, err := st.Read(ctx, p)
-		if err != nil {
-			return nil, fmt.Errorf("load deletion vector: %w", err)
-		}
 		off := int64(1)
 		if d.Offset != nil {
 			off = int64(*d.Offset)
 		}
-		data, err = Extract(file, off, d.SizeInBytes)
+		data, err = readVector(ctx, st, p, off, d.SizeInBytes)
 		if err != nil {
 			return nil, fmt.Errorf("load deletion vector %s: %w", p, err)
 		}
@@ -106,6 +103,36 @@ func Load(ctx context.Context, st storage.Storage, d *delta.DeletionVector) (*ro
 		return nil, fmt.Errorf("load deletion vector: bitmap holds %d rows, descriptor says %d", got, d.Cardinality)
 	}
 	return bm, nil
+}
+
+// readVector reads the vector at offset of the file at p: only its bytes
+// (and the version byte) when the storage reads in parts, since a file
+// may hold the vectors of many data files.
+func readVector(ctx context.Context, st storage.Storage, p string, offset int64, want int32) ([]byte, error) {
+	if _, ok := st.(storage.RangeReader); !ok || want < 0 {
+		file, err := st.Read(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return Extract(file, offset, want)
+	}
+	f, err := storage.Open(ctx, st, p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if offset < 1 || offset+8+int64(want) > f.Size() {
+		return nil, fmt.Errorf("vector of %d bytes at offset %d outside the %d-byte file", want, offset, f.Size())
+	}
+	part := make([]byte, 1+4+int(want)+4)
+	if _, err := f.ReadAt(part[:1], 0); err != nil {
+		return nil, err
+	}
+	if _, err := f.ReadAt(part[1:], offset); err != nil {
+		return nil, err
+	}
+	// part is now the file as Extract sees it with the vector at offset 1.
+	return Extract(part, 1, want)
 }
 
 func filePath(st storage.Storage, d *delta.DeletionVector) (string, error) {
@@ -209,6 +236,56 @@ func Write(ctx context.Context, st storage.Storage, b *roaring64.Bitmap, prefix 
 		return nil, fmt.Errorf("write deletion vector: %w", err)
 	}
 	return d, nil
+}
+
+// WriteMany stores the bitmaps in one new deletion vector file, one after
+// the other (each its size, data and CRC-32, the first at offset 1), and
+// returns a "u" descriptor per bitmap with its offset. A commit that
+// hides rows in many data files writes one file instead of one per data
+// file. Like Write it uses WriteIfAbsent under a fresh UUID name.
+func WriteMany(ctx context.Context, st storage.Storage, bms []*roaring64.Bitmap, prefix string) ([]*delta.DeletionVector, error) {
+	if strings.ContainsAny(prefix, "/") {
+		return nil, fmt.Errorf("write deletion vectors: prefix %q must not contain '/'", prefix)
+	}
+	if len(bms) == 0 {
+		return nil, nil
+	}
+	id := uuid.New()
+	name := prefix + EncodeZ85(id[:])
+	var buf bytes.Buffer
+	buf.WriteByte(FileFormatVersion)
+	out := make([]*delta.DeletionVector, len(bms))
+	var n [4]byte
+	for i, b := range bms {
+		data, err := EncodeBitmap(b)
+		if err != nil {
+			return nil, fmt.Errorf("write deletion vectors: %w", err)
+		}
+		if buf.Len() > math.MaxInt32-len(data)-8 {
+			return nil, fmt.Errorf("write deletion vectors: %d vectors pass the 2 GiB a file's offsets can address", len(bms))
+		}
+		out[i] = &delta.DeletionVector{
+			StorageType:    StorageRelative,
+			PathOrInlineDv: name,
+			Offset:         ptr(int32(buf.Len())),
+			SizeInBytes:    int32(len(data)),
+			Cardinality:    int64(b.GetCardinality()),
+			MaxRowIndex:    maxRowIndex(b),
+		}
+		binary.BigEndian.PutUint32(n[:], uint32(len(data)))
+		buf.Write(n[:])
+		buf.Write(data)
+		binary.BigEndian.PutUint32(n[:], crc32.ChecksumIEEE(data))
+		buf.Write(n[:])
+	}
+	p, err := RelativePath(out[0])
+	if err != nil {
+		return nil, fmt.Errorf("write deletion vectors: %w", err)
+	}
+	if err := st.WriteIfAbsent(ctx, p, buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("write deletion vectors: %w", err)
+	}
+	return out, nil
 }
 
 func maxRowIndex(b *roaring64.Bitmap) *int64 {

@@ -263,3 +263,48 @@ func FuzzDecodeZ85(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteManyRoundTrip: several vectors in one file, each loaded back at
+// its offset through a storage that reads parts and one that reads whole
+// files; a corrupted middle vector fails its CRC alone; a descriptor
+// whose size runs past the file is refused.
+func TestWriteManyRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	type whole struct{ storage.Storage } // no RangeReader: Load reads the whole file
+	bms := []*roaring64.Bitmap{roaring64.BitmapOf(1), sample(), roaring64.New(), roaring64.BitmapOf(7, 9, 1<<33)}
+	ds, err := WriteMany(ctx, st, bms, "ab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != len(bms) || ds[0].PathOrInlineDv != ds[3].PathOrInlineDv || *ds[0].Offset != 1 || *ds[1].Offset <= *ds[0].Offset {
+		t.Fatalf("descriptors %+v: want one file, offsets from 1 up", ds)
+	}
+	for _, s := range []storage.Storage{st, whole{st}} {
+		for i, d := range ds {
+			got, err := Load(ctx, s, d)
+			if err != nil || !got.Equals(bms[i]) {
+				t.Fatalf("vector %d: %v (%d rows, want %d)", i, err, got.GetCardinality(), bms[i].GetCardinality())
+			}
+		}
+	}
+	p, _ := RelativePath(ds[1])
+	raw, _ := st.Read(ctx, p)
+	raw[*ds[1].Offset+4+2] ^= 0xff // inside vector 1's bitmap
+	if err := st.Write(ctx, p, raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []storage.Storage{st, whole{st}} {
+		if _, err := Load(ctx, s, ds[1]); !errors.Is(err, ErrChecksum) {
+			t.Fatalf("corrupt vector 1: %v, want ErrChecksum", err)
+		}
+		if got, err := Load(ctx, s, ds[3]); err != nil || !got.Equals(bms[3]) {
+			t.Fatalf("vector 3 next to a corrupt one: %v", err)
+		}
+	}
+	past := *ds[3]
+	past.SizeInBytes += 100
+	if _, err := Load(ctx, st, &past); err == nil {
+		t.Fatal("a vector running past the file loaded")
+	}
+}
