@@ -175,9 +175,22 @@ func makeBig[T any](n, c int) []T {
 	return s
 }
 
+// grown is the capacity a big buffer of capacity c grows to: doubling
+// while small, then by a quarter. While a buffer is copied both copies
+// are alive, and a doubled 10M-key index would hold ~400 MB more than it
+// needs until the keys catch up; a quarter keeps the step (and the
+// memory limit it must fit under) small, at the cost of copying a few
+// more times as the table grows (still amortised O(1) per key).
+func grown(c, big int) int {
+	if c < big {
+		return 2 * c
+	}
+	return c + c/4
+}
+
 // growEntries makes room for at least n entries.
 func (ix *KeyIndex) growEntries(n int) {
-	c := max(n, 2*cap(ix.entries), 1024)
+	c := max(n, grown(cap(ix.entries), 1<<20), 1024)
 	e := makeBig[indexEntry](len(ix.entries), c)
 	copy(e, ix.entries)
 	ix.entries = e
@@ -185,7 +198,7 @@ func (ix *KeyIndex) growEntries(n int) {
 
 // growArena makes room for extra more arena bytes.
 func (ix *KeyIndex) growArena(extra int) {
-	c := max(len(ix.arena)+extra, 2*cap(ix.arena), 4096)
+	c := max(len(ix.arena)+extra, grown(cap(ix.arena), 64<<20), 4096)
 	a := makeBig[byte](len(ix.arena), c)
 	copy(a, ix.arena)
 	ix.arena = a
