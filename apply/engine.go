@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,8 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
+	// predecodedUsed counts records routed with predecode's result (tests).
+	predecodedUsed atomic.Int64
 
 	metrics *Metrics  // nil: no metrics
 	ready   readiness // /readyz: assignment and positions
@@ -400,15 +403,21 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 			e.fetchError(topic, partition, err)
 		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			e.route(ctx, r)
+		recs := fetches.Records()
+		pre := e.predecode(ctx, recs)
+		for i, r := range recs {
+			var p *predecoded
+			if pre != nil {
+				p = &pre[i]
+			}
+			e.route(ctx, r, p)
 			// A poll can hold more records than a batch may: flush as
 			// soon as a table reaches max_records, mid-poll (the
 			// partitions cannot move while the poll is being handled).
 			if t := e.tableFor(r.Topic); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords {
 				e.flush(ctx, t)
 			}
-		})
+		}
 		now := e.clock()
 		for _, t := range e.tables {
 			if t.halted == nil && e.due(t, now) {
@@ -517,8 +526,76 @@ func (e *Engine) Halted() map[string]error {
 	return out
 }
 
-// route decodes one record into its table's pending batch.
-func (e *Engine) route(ctx context.Context, r *kgo.Record) {
+// predecoded is a record of a poll decoded ahead of routing.
+type predecoded struct {
+	dec  *debezium.Decoder // nil: not decoded ahead
+	rec  debezium.Record
+	ch   debezium.Change
+	err  error
+	took time.Duration
+}
+
+// predecodeMin is the fewest records of a poll worth decoding on more
+// than one goroutine.
+const predecodeMin = 512
+
+// predecode decodes a poll's records on up to GOMAXPROCS goroutines
+// before they are routed one by one, so decoding uses both cores (it is
+// the engine's largest share of work that does not touch table state).
+// Decoders are safe for concurrent use; the table state read here (route,
+// halt, decoder) is only changed by Run's goroutine, which waits. route
+// uses a result only when its table still has the decoder that made it
+// (a reopen may replace it); otherwise it decodes again. It returns nil
+// for a small poll or one core.
+func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded {
+	workers := min(runtime.GOMAXPROCS(0), len(recs)/predecodeMin)
+	if workers < 2 {
+		return nil
+	}
+	out := make([]predecoded, len(recs))
+	const chunk = 64
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				from := int(next.Add(chunk)) - chunk
+				if from >= len(recs) {
+					return
+				}
+				for i := from; i < min(from+chunk, len(recs)); i++ {
+					r := recs[i]
+					t := e.tableFor(r.Topic)
+					if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
+						continue
+					}
+					p := &out[i]
+					started := time.Now()
+					p.dec, p.rec = t.decoder, kafkaRecord(r)
+					p.ch, p.err = p.dec.Decode(ctx, &p.rec)
+					p.took = time.Since(started)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// kafkaRecord is r as the decoder takes it.
+func kafkaRecord(r *kgo.Record) debezium.Record {
+	rec := debezium.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, h := range r.Headers {
+		rec.Headers = append(rec.Headers, debezium.Header{Key: h.Key, Value: h.Value})
+	}
+	return rec
+}
+
+// route decodes one record into its table's pending batch (pre, when not
+// nil, is the record decoded ahead by predecode).
+func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 	t := e.tableFor(r.Topic)
 	if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
 		return // held: re-read from the table's positions on release
@@ -556,11 +633,17 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record) {
 
 	decodeStart := time.Now()
 	defer func() { t.buf.decode += time.Since(decodeStart) }()
-	rec := debezium.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	for _, h := range r.Headers {
-		rec.Headers = append(rec.Headers, debezium.Header{Key: h.Key, Value: h.Value})
+	var rec debezium.Record
+	var ch debezium.Change
+	var err error
+	if pre != nil && pre.dec != nil && pre.dec == t.decoder {
+		rec, ch, err = pre.rec, pre.ch, pre.err
+		t.buf.decode += pre.took
+		e.predecodedUsed.Add(1)
+	} else {
+		rec = kafkaRecord(r)
+		ch, err = t.decoder.Decode(ctx, &rec)
 	}
-	ch, err := t.decoder.Decode(ctx, &rec)
 	if err != nil {
 		var rej *debezium.Rejection
 		if errors.As(err, &rej) && (rej.Reason == debezium.ReasonUnknownColumn || rej.Reason == debezium.ReasonNoTableSchema) && t.cfg.Format == "json-noschema" {

@@ -7,8 +7,10 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -430,5 +432,64 @@ func TestEngineMemoryLimit(t *testing.T) {
 	stop()
 	if got := debug.SetMemoryLimit(-1); got != before {
 		t.Errorf("memory limit after Run: %d, want the previous %d", got, before)
+	}
+}
+
+// TestEnginePredecodesLargePolls: records already in the topic arrive in
+// polls large enough to be decoded on both cores ahead of routing; the
+// table is the same as record-by-record decoding gives (the last change
+// per key by sequence, deletes as tombstones keeping the last values).
+// Run it with -race: the decoders and the table state are shared.
+func TestEnginePredecodesLargePolls(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("predecode needs two cores")
+	}
+	c, p := kfakeOrders(t)
+	want := map[int]string{}
+	lsn := int64(10)
+	for round := 0; round < 3; round++ {
+		for id := 0; id < 1000; id++ {
+			lsn++
+			op, status := "u", fmt.Sprintf("r%d-%d", round, id)
+			switch {
+			case round == 0:
+				op = "c"
+			case round == 2 && id%5 == 0:
+				op, status = "d", ""
+			}
+			p.change(id, lsn, op, status)
+			if op == "d" {
+				want[id] = want[id] + " true"
+			} else {
+				want[id] = status
+			}
+		}
+	}
+	dir := t.TempDir()
+	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir))
+	defer stop()
+	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+	if e.predecodedUsed.Load() == 0 {
+		t.Fatal("no record was decoded ahead: the test did not exercise predecode")
+	}
+	rows, _ := deltaRS(t, dir+"/orders")
+	got := map[int]string{}
+	for _, r := range rows {
+		id, err := strconv.Atoi(fmt.Sprint(r["id"]))
+		if err != nil {
+			t.Fatalf("row %v: %v", r, err)
+		}
+		got[id] = fmt.Sprint(r["status"])
+		if r[ColDeleted] == true {
+			got[id] += " true"
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Fatalf("key %d: %q, want %q", id, got[id], w)
+		}
 	}
 }
