@@ -135,6 +135,15 @@ func crashAtEveryStorageOperation(t *testing.T, mode MergeMode) {
 		if inline, file := dvKinds(t, clean); inline == 0 || dvFiles == 0 {
 			t.Fatalf("the merge-on-read run left %d inline and %d file deletion vectors live and wrote %d vector files: the test would not exercise them", inline, file, dvFiles)
 		}
+		// Folding moved rows out of small files: some data file was
+		// read whole (ReadRows) and never rewritten in place.
+		snap, err := delta.Open(clean).Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(snap.Files()); n > foldKeepSmall+2 {
+			t.Fatalf("%d live files after %d batches: folding did not run, the crashes would not cover it", n, len(stream)/size)
+		}
 	}
 	if got, _ := tableState(t, clean); fmt.Sprint(got) != fmt.Sprint(oracle.rows()) {
 		t.Fatalf("clean run differs from the oracle:\n got %v\nwant %v", got, oracle.rows())

@@ -105,6 +105,9 @@ type Plan struct {
 	// DeletionVectors is set when the plan hides rows with deletion
 	// vectors (merge-on-read): the table needs the deletionVectors feature.
 	DeletionVectors bool
+	// Folded counts the files whose rows a merge-on-read batch moved to
+	// its new file (foldCandidates).
+	Folded int
 
 	// replaced[i] gives the file of id replaced[i].id the add Adds[replaced[i].add].
 	replaced []replacement
@@ -200,14 +203,35 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if err != nil {
 			return nil, err
 		}
-		var dels []Deletion
-		var delIDs []fileID
+		hide := map[fileID][]int64{}
 		for i, id := range ids {
 			var positions []int64
 			if rows, positions, err = ix.planDeletes(id, byFile[id], stored[i], rows, appliedMicros, p); err != nil {
 				return nil, err
 			}
 			if len(positions) > 0 {
+				hide[id] = positions
+			}
+		}
+		for _, r := range fresh {
+			row, _ := ix.resolve(r, nil, appliedMicros, &p.Counts)
+			p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows))})
+			rows = append(rows, row)
+		}
+		fresh = nil
+		// Fold small and hollow files into the batch's new file (their
+		// rows move there, the files are removed): what keeps a
+		// merge-on-read table's files and vectors bounded while it streams.
+		for _, id := range ix.foldCandidates(hide, len(rows)) {
+			if rows, err = ix.fold(ctx, id, hide[id], rf, rows, p); err != nil {
+				return nil, err
+			}
+			delete(hide, id)
+		}
+		var dels []Deletion
+		var delIDs []fileID
+		for _, id := range ids {
+			if positions, ok := hide[id]; ok {
 				dels = append(dels, Deletion{File: ix.files[id], Rows: positions})
 				delIDs = append(delIDs, id)
 			}
@@ -243,6 +267,122 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		p.Adds = append(p.Adds, add)
 	}
 	return p, nil
+}
+
+// Merge-on-read folding. A streaming merge-on-read table gains a small
+// file per batch and deletion vectors on its older files; left alone both
+// grow without bound and so does each batch's cost (a vector update per
+// touched file, a footer per stored-row read). Each batch therefore moves
+// the live rows of a few files into its own new file and removes them:
+// the smallest small files while there are more than foldKeepSmall of
+// them, and files whose vectors hide at least half their rows. The rows
+// moved per batch are bounded by the batch's own rows (or foldMinRows,
+// whichever is larger), so folding at most doubles a batch's writes, and
+// a file's rows are rewritten a few times on their way to a large file.
+const (
+	foldSmallRows = 1 << 16 // a file under this many rows is small
+	foldKeepSmall = 4       // small files left unfolded
+	foldMinRows   = 1 << 16 // rows a batch may always move
+)
+
+// foldEnabled turns folding off for tests of the deletion vector
+// mechanics on tables whose every file is small.
+var foldEnabled = true
+
+// foldCandidates picks the files a batch of batchRows new rows folds.
+// hide holds the rows the batch itself hides, by file.
+func (ix *KeyIndex) foldCandidates(hide map[fileID][]int64, batchRows int) []fileID {
+	if !foldEnabled {
+		return nil
+	}
+	type cand struct {
+		id         fileID
+		rows, live int64
+	}
+	var small, hollow []cand
+	for id, a := range ix.files {
+		if a == nil {
+			continue
+		}
+		n := numRecords(a)
+		if n <= 0 {
+			continue // unknown size: never folded
+		}
+		hidden := int64(len(hide[fileID(id)]))
+		if a.DeletionVector != nil {
+			hidden += a.DeletionVector.Cardinality
+		}
+		c := cand{id: fileID(id), rows: n, live: n - hidden}
+		switch {
+		case 2*hidden >= n:
+			hollow = append(hollow, c)
+		case n < foldSmallRows:
+			small = append(small, c)
+		}
+	}
+	budget := int64(max(batchRows, foldMinRows))
+	var out []fileID
+	take := func(c cand) bool {
+		if c.live > budget {
+			return false
+		}
+		budget -= c.live
+		out = append(out, c.id)
+		return true
+	}
+	sort.Slice(hollow, func(i, j int) bool { return hollow[i].live < hollow[j].live })
+	for _, c := range hollow {
+		if !take(c) {
+			break
+		}
+	}
+	sort.Slice(small, func(i, j int) bool { return small[i].rows < small[j].rows })
+	for i := 0; len(small)-i > foldKeepSmall; i++ {
+		if !take(small[i]) {
+			break
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// fold moves file id's live rows, except those at the positions the batch
+// itself replaces (hidden), to the batch's new rows and removes the file.
+// Each moved row must be where the index places its key.
+func (ix *KeyIndex) fold(ctx context.Context, id fileID, hidden []int64, rf RowFiles, rows []Row, p *Plan) ([]Row, error) {
+	old := ix.files[id]
+	stored, err := rf.ReadRows(ctx, old)
+	if err != nil {
+		return nil, fmt.Errorf("plan batch: fold %s: %w", old.Path, err)
+	}
+	skip := make(map[int64]bool, len(hidden))
+	for _, r := range hidden {
+		skip[r] = true
+	}
+	for i := range stored {
+		r := &stored[i]
+		pos := int64(i)
+		if old.DeletionVector != nil {
+			pos = r.Pos
+		}
+		if skip[pos] {
+			continue
+		}
+		key := EncodeKey(r.Values, ix.layout.Key)
+		at, ok := ix.find(key)
+		if !ok {
+			return nil, fmt.Errorf("plan batch: fold %s: row %d holds key %s the index lacks", old.Path, pos, ix.renderKey(key))
+		}
+		if e := ix.state(at); e.file != id || e.row != pos {
+			return nil, fmt.Errorf("plan batch: fold %s: row %d holds key %s, which the index places in file %d row %d", old.Path, pos, ix.renderKey(key), e.file, e.row)
+		}
+		p.pending = append(p.pending, pendingEntry{key: key, seq: r.Seq, deleted: r.Deleted, file: noFile, row: int64(len(rows)), entry: at + 1})
+		r.Pos = 0
+		rows = append(rows, *r)
+	}
+	p.replace(id, old, nil)
+	p.Folded++
+	return rows, nil
 }
 
 // planRewrite rewrites file id with the batch's changes to it (copy-on-write).

@@ -27,6 +27,14 @@ func setInlineDVLimit(n int) func() {
 	return func() { inlineDVLimit = old }
 }
 
+// noFold turns merge-on-read folding off for a test of the deletion
+// vector mechanics (its tables' files are all small) and returns the
+// restore function.
+func noFold() func() {
+	foldEnabled = false
+	return func() { foldEnabled = true }
+}
+
 // dvKinds counts the live files with an inline and with a file deletion vector.
 func dvKinds(t *testing.T, store storage.Storage) (inline, file int) {
 	t.Helper()
@@ -128,6 +136,7 @@ func TestMergeOnReadMatchesOracle(t *testing.T) {
 	for _, limit := range []int{1024, 40} {
 		t.Run(fmt.Sprintf("inline-limit-%d", limit), func(t *testing.T) {
 			defer setInlineDVLimit(limit)()
+			defer noFold()()
 			ctx := context.Background()
 			stream, oracle := morStream(400, 11)
 			mor := storage.NewLocal(t.TempDir())
@@ -173,6 +182,7 @@ func TestMergeOnReadMatchesOracle(t *testing.T) {
 // file and rewrites none; it adds one file of new rows and replaces each
 // touched file's add with a deletion vector.
 func TestMergeOnReadCostFollowsBatch(t *testing.T) {
+	defer noFold()() // its 10 files are small: this test is about the vectors
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
 	counting := &countingRowFiles{}
@@ -350,6 +360,7 @@ func TestMergeOnReadTruncate(t *testing.T) {
 // reader we did not write: its rows must equal the oracle.
 func TestMergeOnReadReadByDeltaRS(t *testing.T) {
 	defer setInlineDVLimit(40)()
+	defer noFold()()
 	ctx := context.Background()
 	dir := t.TempDir()
 	store := storage.NewLocal(dir)
@@ -503,4 +514,51 @@ func openMergeOnRead(t *testing.T, store storage.Storage, newFiles func(*Layout)
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestMergeOnReadFoldsFiles streams 600 changes over 40 keys in batches of
+// 9 in merge-on-read with folding on: each batch adds a small file, and
+// folding moves the smallest into later batches' files, so the table ends
+// with a handful of files (not ~65) and its rows still equal the oracle,
+// through the index rebuilt from the files (which refuses a key in two
+// rows), datafile.Read and delta-rs.
+func TestMergeOnReadFoldsFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := storage.NewLocal(dir)
+	stream, oracle := morStream(600, 5)
+	if err := runFromMode(ctx, store, stream, 9, MergeOnRead); err != nil {
+		t.Fatal(err)
+	}
+	want := oracle.rows()
+	got, pos := tableState(t, store)
+	if pos != int64(len(stream)) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table at position %d:\n got %v\nwant %v", pos, got, want)
+	}
+	if direct := readDirect(t, store); fmt.Sprint(direct) != fmt.Sprint(want) {
+		t.Fatalf("datafile.Read:\n got %v\nwant %v", direct, want)
+	}
+	snap, err := delta.Open(store).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(snap.Files()); n > foldKeepSmall+2 {
+		t.Fatalf("%d live files after %d batches: folding did not bound them", n, len(stream)/9)
+	}
+	var res struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	runPython(t, filepath.Join("testdata", "read_dv_table.py"), &res, dir)
+	var rs []string
+	for _, r := range res.Rows {
+		status := "<nil>"
+		if s, ok := r["status"].(string); ok {
+			status = s
+		}
+		rs = append(rs, fmt.Sprintf("%v %s %v", r["id"], status, r[ColDeleted]))
+	}
+	sort.Strings(rs)
+	if fmt.Sprint(rs) != fmt.Sprint(want) {
+		t.Fatalf("delta-rs reads\n%v\nwant\n%v", rs, want)
+	}
 }
