@@ -125,3 +125,16 @@ func TestReferenceCaseReadByDeltaRS(t *testing.T) {
 		t.Errorf("delta-rs txn version = %v, want 12 (the next offset)", txn)
 	}
 }
+
+// deltaRSStates reads an orders table with delta-rs as sorted
+// "id status deleted" lines, printed as one string.
+func deltaRSStates(t *testing.T, dir string) string {
+	t.Helper()
+	rows, _ := deltaRS(t, dir)
+	got := make([]string, 0, len(rows))
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
+	}
+	sort.Strings(got)
+	return fmt.Sprint(got)
+}

@@ -220,13 +220,7 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	p.change(3, 15, "c", "new")
 	snap := waitPositions(t, table, "shop", topic, p.ends)
 
-	rows, _ := deltaRS(t, table)
-	var got []string
-	for _, r := range rows {
-		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
-	}
-	sort.Strings(got)
-	if want := "[1 shipped false 2 new true 3 new false 4 x false]"; fmt.Sprint(got) != want {
+	if got, want := deltaRSStates(t, table), "[1 shipped false 2 new true 3 new false 4 x false]"; got != want {
 		t.Errorf("delta-rs reads %v, want %v", got, want)
 	}
 
@@ -337,13 +331,7 @@ func TestEngineTruncateTombstones(t *testing.T) {
 	p.change(4, 14, "c", "d")   // after the truncate
 	p.change(2, 9, "u", "late") // older than the truncate: stale
 	waitPositions(t, table, "shop", "orders", p.ends)
-	rows, _ := deltaRS(t, table)
-	var got []string
-	for _, r := range rows {
-		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
-	}
-	sort.Strings(got)
-	if want := "[1 a true 2 b true 3 c true 4 d false]"; fmt.Sprint(got) != want {
+	if got, want := deltaRSStates(t, table), "[1 a true 2 b true 3 c true 4 d false]"; got != want {
 		t.Errorf("delta-rs reads %v, want %v", got, want)
 	}
 }
@@ -374,13 +362,7 @@ func TestEngineLateBeyondPurgeHorizon(t *testing.T) {
 	// source time at 1_700_000_000_000 ms + lsn).
 	p.change(3, time.Now().UnixMilli()-1_700_000_000_000, "c", "fresh")
 	waitPositions(t, table, "shop", "orders", p.ends)
-	rows, _ := deltaRS(t, table)
-	var got []string
-	for _, r := range rows {
-		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
-	}
-	sort.Strings(got)
-	if want := "[2 keep false 3 fresh false]"; fmt.Sprint(got) != want {
+	if got, want := deltaRSStates(t, table), "[2 keep false 3 fresh false]"; got != want {
 		t.Errorf("delta-rs reads %v, want %v (key 1 must stay absent)", got, want)
 	}
 	qrows, _ := deltaRS(t, table+"_quarantine")

@@ -2,8 +2,6 @@ package apply
 
 import (
 	"context"
-	"fmt"
-	"sort"
 	"strings"
 	"testing"
 
@@ -71,13 +69,7 @@ func TestEngineLoad(t *testing.T) {
 	_, stop := startEngineWith(t, cfg)
 	defer stop()
 	waitPositions(t, table, "shop", "orders", p.ends)
-	rows, _ := deltaRS(t, table)
-	var got []string
-	for _, r := range rows {
-		got = append(got, fmt.Sprintf("%v %v %v", r["id"], r["status"], r[ColDeleted]))
-	}
-	sort.Strings(got)
-	if want := "[1 paid false 2 b true 3 c false 4 d false]"; fmt.Sprint(got) != want {
+	if got, want := deltaRSStates(t, table), "[1 paid false 2 b true 3 c false 4 d false]"; got != want {
 		t.Errorf("delta-rs reads %v, want %v", got, want)
 	}
 }

@@ -387,21 +387,7 @@ func TestMergeOnReadReadByDeltaRS(t *testing.T) {
 	if shared == 0 {
 		t.Fatal("no deletion vector shares its file with another: the multi-vector file is not under test")
 	}
-	var res struct {
-		Version     int64            `json:"version"`
-		Rows        []map[string]any `json:"rows"`
-		PyarrowRows any              `json:"pyarrow_rows"`
-	}
-	runPython(t, filepath.Join("testdata", "read_dv_table.py"), &res, dir)
-	var got []string
-	for _, r := range res.Rows {
-		status := "<nil>"
-		if s, ok := r["status"].(string); ok {
-			status = s
-		}
-		got = append(got, fmt.Sprintf("%v %s %v", r["id"], status, r[ColDeleted]))
-	}
-	sort.Strings(got)
+	res, got := queryEngineRows(t, dir)
 	if fmt.Sprint(got) != fmt.Sprint(oracle.rows()) {
 		t.Fatalf("delta-rs (query engine) reads version %d as\n%v\nwant\n%v", res.Version, got, oracle.rows())
 	}
@@ -545,20 +531,32 @@ func TestMergeOnReadFoldsFiles(t *testing.T) {
 	if n := len(snap.Files()); n > foldKeepSmall+2 {
 		t.Fatalf("%d live files after %d batches: folding did not bound them", n, len(stream)/9)
 	}
-	var res struct {
-		Rows []map[string]any `json:"rows"`
+	if _, rs := queryEngineRows(t, dir); fmt.Sprint(rs) != fmt.Sprint(want) {
+		t.Fatalf("delta-rs reads\n%v\nwant\n%v", rs, want)
 	}
+}
+
+// dvTableRead is what testdata/read_dv_table.py prints.
+type dvTableRead struct {
+	Version     int64            `json:"version"`
+	Rows        []map[string]any `json:"rows"`
+	PyarrowRows any              `json:"pyarrow_rows"`
+}
+
+// queryEngineRows reads an orders table with delta-rs's query engine
+// (deletion vectors applied) as sorted "id status deleted" lines.
+func queryEngineRows(t *testing.T, dir string) (dvTableRead, []string) {
+	t.Helper()
+	var res dvTableRead
 	runPython(t, filepath.Join("testdata", "read_dv_table.py"), &res, dir)
-	var rs []string
+	got := make([]string, 0, len(res.Rows))
 	for _, r := range res.Rows {
 		status := "<nil>"
 		if s, ok := r["status"].(string); ok {
 			status = s
 		}
-		rs = append(rs, fmt.Sprintf("%v %s %v", r["id"], status, r[ColDeleted]))
+		got = append(got, fmt.Sprintf("%v %s %v", r["id"], status, r[ColDeleted]))
 	}
-	sort.Strings(rs)
-	if fmt.Sprint(rs) != fmt.Sprint(want) {
-		t.Fatalf("delta-rs reads\n%v\nwant\n%v", rs, want)
-	}
+	sort.Strings(got)
+	return res, got
 }

@@ -372,9 +372,10 @@ func TestNumIndexedColsAndStatsColumns(t *testing.T) {
 // TestReadOldFile reads a file written under an older schema: a column
 // added since reads as null, a widened column (int to long, float to
 // double, date to timestamp_ntz, decimal(5,2) to decimal(10,4)) is widened.
-func TestReadOldFile(t *testing.T) {
-	ctx := context.Background()
-	st := storage.NewLocal(t.TempDir())
+// writeOldFile writes a file of a table before type widening and a new
+// column: a int, f float, d date, m decimal(5,2); two rows.
+func writeOldFile(t *testing.T, ctx context.Context, st storage.Storage) *delta.Add {
+	t.Helper()
 	old := Layout{Schema: delta.StructType{Fields: []delta.StructField{
 		{Name: "a", Type: delta.Integer, Nullable: true},
 		{Name: "f", Type: delta.Float, Nullable: true},
@@ -387,11 +388,17 @@ func TestReadOldFile(t *testing.T) {
 	b.Field(1).(*array.Float32Builder).AppendValues([]float32{1.5, 0}, []bool{true, false})
 	b.Field(2).(*array.Date32Builder).AppendValues([]arrow.Date32{0, 1}, nil)
 	b.Field(3).(*array.Decimal128Builder).AppendValues([]decimal128.Num{decimal128.FromI64(-12345), decimal128.FromI64(1)}, nil)
-	rec := b.NewRecordBatch()
-	add, err := Write(ctx, st, old, rec, nil)
+	add, err := Write(ctx, st, old, b.NewRecordBatch(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return add
+}
+
+func TestReadOldFile(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	add := writeOldFile(t, ctx, st)
 	newer := Layout{Schema: delta.StructType{Fields: []delta.StructField{
 		{Name: "a", Type: delta.Long, Nullable: true},
 		{Name: "added", Type: delta.String, Nullable: true},

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -26,20 +25,7 @@ import (
 func TestReadValuesAtOlderFile(t *testing.T) {
 	ctx := context.Background()
 	st := storage.NewLocal(t.TempDir())
-	old := Layout{Schema: delta.StructType{Fields: []delta.StructField{
-		{Name: "a", Type: delta.Integer, Nullable: true},
-		{Name: "f", Type: delta.Float, Nullable: true},
-		{Name: "d", Type: delta.Date, Nullable: true},
-	}}, NumIndexedCols: 32}
-	sc, _ := ArrowSchema(old.Schema)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	b.Field(0).(*array.Int32Builder).AppendValues([]int32{1, -2, 3}, nil)
-	b.Field(1).(*array.Float32Builder).AppendValues([]float32{1.5, 0, 2}, []bool{true, false, true})
-	b.Field(2).(*array.Date32Builder).AppendValues([]arrow.Date32{0, 1, 2}, nil)
-	add, err := Write(ctx, st, old, b.NewRecordBatch(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	add := writeOldFile(t, ctx, st)
 	newer := Layout{Schema: delta.StructType{Fields: []delta.StructField{
 		{Name: "a", Type: delta.Long, Nullable: true},
 		{Name: "added", Type: delta.String, Nullable: true},
