@@ -259,3 +259,47 @@ func TestReadValuesAtConformance(t *testing.T) {
 		t.Fatalf("only %d conformance files compared: the test would not mean much", compared)
 	}
 }
+
+// BenchmarkReadRowsAt reads 1% of a 100k-row merge-on-read file's rows
+// (random, ascending), as a batch's deletes and TOAST placeholders ask,
+// through the page index and through row groups, on the same file:
+//
+//	go test ./apply -run XXX -bench ReadRowsAt -count 6
+func BenchmarkReadRowsAt(b *testing.B) {
+	ctx := context.Background()
+	store := storage.NewLocal(b.TempDir())
+	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions()...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 100_000
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), AppliedMicros: 1}
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var at []int64
+	for i := int64(0); i < n; i++ {
+		if rng.IntN(100) == 0 {
+			at = append(at, i)
+		}
+	}
+	for _, path := range []struct {
+		name string
+		read func(context.Context, *delta.Add, []int64) ([]Row, error)
+	}{{"pages", rf.readRowsAtPages}, {"row-groups", rf.readRowsAtGroups}} {
+		b.Run(path.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				got, err := path.read(ctx, add, at)
+				if err != nil || len(got) != len(at) {
+					b.Fatalf("%d rows, err %v", len(got), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
+		})
+	}
+}
