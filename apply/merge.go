@@ -274,15 +274,18 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 // grow without bound and so does each batch's cost (a vector update per
 // touched file, a footer per stored-row read). Each batch therefore moves
 // the live rows of a few files into its own new file and removes them:
-// the smallest small files while there are more than foldKeepSmall of
-// them, and files whose vectors hide at least half their rows. The rows
-// moved per batch are bounded by the batch's own rows (or foldMinRows,
-// whichever is larger), so folding at most doubles a batch's writes, and
-// a file's rows are rewritten a few times on their way to a large file.
+// files whose vectors hide at least half their rows, and the smallest
+// small files while there are more than foldKeepSmall of them. A batch
+// moves at most as many rows as it writes itself, so folding at most
+// doubles its writes; only when more than foldCatchUp small files have
+// piled up (batches far smaller than a file) may it move foldCatchUpRows,
+// once in a while. Batches of at least foldSmallRows rows write files
+// that are not small, and their files are folded once hollow.
 const (
-	foldSmallRows = 1 << 16 // a file under this many rows is small
-	foldKeepSmall = 4       // small files left unfolded
-	foldMinRows   = 1 << 16 // rows a batch may always move
+	foldSmallRows   = 1 << 14 // a file under this many rows is small
+	foldKeepSmall   = 4       // small files left unfolded
+	foldCatchUp     = 32      // small files that let a batch move more
+	foldCatchUpRows = 1 << 16 // rows a catching-up batch may move
 )
 
 // foldEnabled turns folding off for tests of the deletion vector
@@ -320,7 +323,10 @@ func (ix *KeyIndex) foldCandidates(hide map[fileID][]int64, batchRows int) []fil
 			small = append(small, c)
 		}
 	}
-	budget := int64(max(batchRows, foldMinRows))
+	budget := int64(batchRows)
+	if len(small) > foldCatchUp {
+		budget = max(budget, foldCatchUpRows)
+	}
 	var out []fileID
 	take := func(c cand) bool {
 		if c.live > budget {
