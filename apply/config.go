@@ -183,7 +183,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 var builtinDefaults = TableSettings{
 	Format:         "json",
 	Connector:      "postgresql",
-	Flush:          FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(time.Second)},
+	Flush:          FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(500 * time.Millisecond)},
 	SchemaPolicy:   "additive",
 	MaxLateness:    Duration(7 * 24 * time.Hour),
 	TruncatePolicy: "tombstone",
