@@ -37,7 +37,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if o.Flush.MaxRecords != 1000 || it.Flush.MaxRecords != 1000 {
 		t.Errorf("defaults.flush.max_records not inherited: %d %d", o.Flush.MaxRecords, it.Flush.MaxRecords)
 	}
-	if time.Duration(o.Flush.MaxLatency) != time.Second || time.Duration(it.Flush.MaxLatency) != 250*time.Millisecond {
+	if time.Duration(o.Flush.MaxLatency) != 500*time.Millisecond || time.Duration(it.Flush.MaxLatency) != 250*time.Millisecond {
 		t.Errorf("max_latency: %v %v", time.Duration(o.Flush.MaxLatency), time.Duration(it.Flush.MaxLatency))
 	}
 	if o.Connector != "postgresql" || it.Connector != "mysql" {
