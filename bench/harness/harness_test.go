@@ -101,7 +101,7 @@ func TestSmoke(t *testing.T) {
 func TestSmokePrefill(t *testing.T) {
 	o := smokeOptions(t)
 	o.Prefill, o.WriteMode = true, "merge-on-read"
-	o.MemoryLimit = 1 << 30 // the pipeline file carries it
+	o.MemoryLimit = 1 << 30         // the pipeline file carries it
 	o.Workload.HeartbeatEvery = 100 // some heartbeats fall in the snapshot phase
 	rep, err := Run(context.Background(), o)
 	if err != nil {
