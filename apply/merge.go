@@ -167,7 +167,7 @@ func (p *Plan) replace(id fileID, old, add *delta.Add) {
 //     read only when a change needs the stored values (an unavailable
 //     column the batch cannot fill, or a delete, whose tombstone keeps
 //     the last values); otherwise the index alone resolves the change.
-func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64, mode MergeMode) (*Plan, error) {
+func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64, mode MergeMode, fold bool) (*Plan, error) {
 	p := newPlan()
 	byFile := map[fileID][]changedKey{}
 	var fresh []*Reduced
@@ -222,7 +222,11 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		// Fold small and hollow files into the batch's new file (their
 		// rows move there, the files are removed): what keeps a
 		// merge-on-read table's files and vectors bounded while it streams.
-		for _, id := range ix.foldCandidates(hide, len(rows)) {
+		var folds []fileID
+		if fold {
+			folds = ix.foldCandidates(hide, len(rows))
+		}
+		for _, id := range folds {
 			if rows, err = ix.fold(ctx, id, hide[id], rf, rows, p); err != nil {
 				return nil, err
 			}
@@ -288,16 +292,14 @@ const (
 	foldCatchUpRows = 1 << 16 // rows a catching-up batch may move
 )
 
-// foldEnabled turns folding off for tests of the deletion vector
-// mechanics on tables whose every file is small.
-var foldEnabled = true
+// foldDefault is whether a new TableApplier folds (SetFolding); tests of
+// the deletion vector mechanics, whose tables' files are all small, turn
+// it off.
+var foldDefault = true
 
 // foldCandidates picks the files a batch of batchRows new rows folds.
 // hide holds the rows the batch itself hides, by file.
 func (ix *KeyIndex) foldCandidates(hide map[fileID][]int64, batchRows int) []fileID {
-	if !foldEnabled {
-		return nil
-	}
 	type cand struct {
 		id         fileID
 		rows, live int64

@@ -31,8 +31,8 @@ func setInlineDVLimit(n int) func() {
 // vector mechanics (its tables' files are all small) and returns the
 // restore function.
 func noFold() func() {
-	foldEnabled = false
-	return func() { foldEnabled = true }
+	foldDefault = false
+	return func() { foldDefault = true }
 }
 
 // dvKinds counts the live files with an inline and with a file deletion vector.

@@ -52,6 +52,7 @@ type TableApplier struct {
 	keyNames []string
 	clock    func() time.Time
 	mode     MergeMode
+	fold     bool // merge-on-read batches fold small and hollow files
 
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
@@ -74,8 +75,13 @@ func NewTableApplier(name, pipeline string, table *delta.Table, newFiles func(*L
 	if clock == nil {
 		clock = time.Now
 	}
-	return &TableApplier{name: name, pipeline: pipeline, table: table, newFiles: newFiles, keyNames: keyNames, clock: clock}
+	return &TableApplier{name: name, pipeline: pipeline, table: table, newFiles: newFiles, keyNames: keyNames, clock: clock, fold: foldDefault}
 }
+
+// SetFolding turns merge-on-read folding on (the default) or off: with it
+// off, a table keeps one file per batch and deletion vectors on the older
+// ones until optimize compacts them (tests of optimize build such tables).
+func (a *TableApplier) SetFolding(on bool) { a.fold = on }
 
 // SetMergeMode chooses how batches write rows that replace stored ones
 // (copy-on-write when never called). Merge-on-read needs data files that
@@ -265,7 +271,7 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 	}
 	now := a.clock()
 	started := time.Now()
-	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro(), a.mode)
+	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro(), a.mode, a.fold)
 	if err != nil {
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)
 	}
