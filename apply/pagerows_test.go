@@ -165,12 +165,16 @@ func TestReadRowsAtPagesMatchGroups(t *testing.T) {
 			}
 		}
 	}
+	// The last row of a row group: reached through the offset index it
+	// costs the footer and a page per column (measured: 5% of the file);
+	// scanning the group's pages from its start, as without the offset
+	// index, reads over a tenth (measured: 11%).
 	store.bytes.Store(0)
-	if _, err := rf.readRowsAtPages(ctx, add, []int64{12345}); err != nil {
+	if _, err := rf.readRowsAtPages(ctx, add, []int64{14999}); err != nil {
 		t.Fatal(err)
 	}
-	if read := store.bytes.Load(); read*10 > add.Size {
-		t.Errorf("reading one row read %d bytes of a %d-byte file: want a few pages, under a tenth", read, add.Size)
+	if read := store.bytes.Load(); read*15 > add.Size {
+		t.Errorf("reading one row read %d bytes of a %d-byte file: want a few pages, under a 15th", read, add.Size)
 	}
 	for _, bad := range [][]int64{{n}, {4, 2}, {3, 3}, {-1}} {
 		if _, err := rf.readRowsAtPages(ctx, add, bad); err == nil || !strings.Contains(err.Error(), add.Path) {
