@@ -105,9 +105,6 @@ type Plan struct {
 	// DeletionVectors is set when the plan hides rows with deletion
 	// vectors (merge-on-read): the table needs the deletionVectors feature.
 	DeletionVectors bool
-	// Folded counts the files whose rows a merge-on-read batch moved to
-	// its new file (foldCandidates).
-	Folded int
 
 	// replaced[i] gives the file of id replaced[i].id the add Adds[replaced[i].add].
 	replaced []replacement
@@ -389,7 +386,6 @@ func (ix *KeyIndex) fold(ctx context.Context, id fileID, hidden []int64, rf RowF
 		rows = append(rows, *r)
 	}
 	p.replace(id, old, nil)
-	p.Folded++
 	return rows, nil
 }
 

@@ -33,11 +33,10 @@ type ParquetRowFiles struct {
 // MergeOnReadRowGroupRows is the Parquet row group size of the data files
 // a merge-on-read table's engine writes. Merge-on-read reads stored rows
 // only for changes that need their values (an unavailable column, a
-// delete), and decodes only the row groups holding them
-// (datafile.ReadRowGroupsOf): with one row group per file that read is the
-// whole file, and its cost grows with the table. Smaller groups bound it
-// by the batch; 8192 rows keeps groups large enough for column
-// compression and for readers that plan by row group.
+// delete), page by page where it can and otherwise by decoding the row
+// groups holding them (datafile.ReadRowGroupsOf), whose cost a whole-file
+// group would make grow with the table. 8192 rows keeps groups large
+// enough for column compression and for readers that plan by row group.
 const MergeOnReadRowGroupRows = 8192
 
 // MergeOnReadPageBytes is the data page size of the files a merge-on-read
@@ -121,10 +120,10 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 	return kept, nil
 }
 
-// ReadRowsAt implements RowDeleter: only the row groups holding the
-// wanted rows are decoded (datafile.ReadRowGroupsOf, which also refuses
-// rows that are not ascending physical indexes), and only the wanted rows
-// become Rows, with their text copied out of the Arrow buffers.
+// ReadRowsAt implements RowDeleter: the wanted rows (ascending physical
+// indexes, none hidden by the file's vector) are read through the page
+// index (readRowsAtPages), or, for a layout that read does not take, by
+// decoding the row groups holding them (readRowsAtGroups).
 func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
 	if add.DeletionVector != nil {
 		bm, err := dv.Load(ctx, p.store, add.DeletionVector)
