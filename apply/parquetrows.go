@@ -265,7 +265,7 @@ func (p *ParquetRowFiles) ReadKeys(ctx context.Context, add *delta.Add, fn func(
 // protocol asks of a file whose vector hides rows the statistics counted.
 func (p *ParquetRowFiles) DeleteRows(ctx context.Context, dels []Deletion) ([]*delta.Add, error) {
 	out := make([]*delta.Add, len(dels))
-	var big []*roaring64.Bitmap
+	var big []dv.Vector
 	var bigAt []int
 	for i, del := range dels {
 		a := del.File
@@ -291,19 +291,15 @@ func (p *ParquetRowFiles) DeleteRows(ctx context.Context, dels []Deletion) ([]*d
 				continue // no row stays live: out[i] nil, the file is removed
 			}
 		}
-		data, err := dv.EncodeBitmap(bm)
+		v, err := dv.Encode(bm)
 		if err != nil {
 			return nil, fmt.Errorf("deletion vector of %s: %w", a.Path, err)
 		}
-		if len(data) > inlineDVLimit {
-			big, bigAt = append(big, bm), append(bigAt, i)
+		if v.Size() > inlineDVLimit {
+			big, bigAt = append(big, v), append(bigAt, i)
 			continue
 		}
-		d, err := dv.Inline(bm)
-		if err != nil {
-			return nil, fmt.Errorf("deletion vector of %s: %w", a.Path, err)
-		}
-		out[i] = withVector(a, d)
+		out[i] = withVector(a, v.Inline())
 	}
 	ds, err := dv.WriteMany(ctx, p.store, big, "")
 	if err != nil {

@@ -182,100 +182,98 @@ func Extract(file []byte, offset int64, want int32) ([]byte, error) {
 	return data, nil
 }
 
-// Inline returns an inline ("i") descriptor holding b. Inline vectors keep
-// small deletes inside the log, with no extra file to write or vacuum.
-func Inline(b *roaring64.Bitmap) (*delta.DeletionVector, error) {
+// Vector is a bitmap encoded once in the protocol's portable format,
+// ready to be stored inline or in a file: a writer that first needs its
+// size (to choose between the two) does not encode it again.
+type Vector struct {
+	data        []byte
+	cardinality int64
+	maxRow      *int64
+}
+
+// Encode encodes b.
+func Encode(b *roaring64.Bitmap) (Vector, error) {
 	data, err := EncodeBitmap(b)
+	if err != nil {
+		return Vector{}, err
+	}
+	return Vector{data: data, cardinality: int64(b.GetCardinality()), maxRow: maxRowIndex(b)}, nil
+}
+
+// Size is the encoded vector's size in bytes.
+func (v Vector) Size() int { return len(v.data) }
+
+// Inline returns an inline ("i") descriptor holding v. Inline vectors keep
+// small deletes inside the log, with no extra file to write or vacuum.
+func (v Vector) Inline() *delta.DeletionVector {
+	return &delta.DeletionVector{
+		StorageType:    StorageInline,
+		PathOrInlineDv: EncodeZ85(v.data),
+		SizeInBytes:    int32(len(v.data)),
+		Cardinality:    v.cardinality,
+		MaxRowIndex:    v.maxRow,
+	}
+}
+
+// Inline returns an inline ("i") descriptor holding b.
+func Inline(b *roaring64.Bitmap) (*delta.DeletionVector, error) {
+	v, err := Encode(b)
 	if err != nil {
 		return nil, err
 	}
-	return &delta.DeletionVector{
-		StorageType:    StorageInline,
-		PathOrInlineDv: EncodeZ85(data),
-		SizeInBytes:    int32(len(data)),
-		Cardinality:    int64(b.GetCardinality()),
-		MaxRowIndex:    maxRowIndex(b),
-	}, nil
+	return v.Inline(), nil
 }
 
-// Write stores b in a new deletion vector file (one vector, at offset 1)
-// named from a fresh UUID, under prefix when it is not empty, and returns
-// its "u" descriptor. The file is written with WriteIfAbsent so a UUID
-// clash can never overwrite a vector another file depends on.
+// Write stores b in a new deletion vector file of its own (at offset 1)
+// and returns its "u" descriptor (WriteMany of one vector).
 func Write(ctx context.Context, st storage.Storage, b *roaring64.Bitmap, prefix string) (*delta.DeletionVector, error) {
-	if strings.ContainsAny(prefix, "/") {
-		return nil, fmt.Errorf("write deletion vector: prefix %q must not contain '/'", prefix)
-	}
-	data, err := EncodeBitmap(b)
+	v, err := Encode(b)
 	if err != nil {
 		return nil, fmt.Errorf("write deletion vector: %w", err)
 	}
-	var buf bytes.Buffer
-	buf.WriteByte(FileFormatVersion)
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(data)))
-	buf.Write(n[:])
-	buf.Write(data)
-	binary.BigEndian.PutUint32(n[:], crc32.ChecksumIEEE(data))
-	buf.Write(n[:])
-
-	id := uuid.New()
-	d := &delta.DeletionVector{
-		StorageType:    StorageRelative,
-		PathOrInlineDv: prefix + EncodeZ85(id[:]),
-		Offset:         ptr[int32](1),
-		SizeInBytes:    int32(len(data)),
-		Cardinality:    int64(b.GetCardinality()),
-		MaxRowIndex:    maxRowIndex(b),
-	}
-	p, err := RelativePath(d)
+	ds, err := WriteMany(ctx, st, []Vector{v}, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("write deletion vector: %w", err)
+		return nil, err
 	}
-	if err := st.WriteIfAbsent(ctx, p, buf.Bytes()); err != nil {
-		return nil, fmt.Errorf("write deletion vector: %w", err)
-	}
-	return d, nil
+	return ds[0], nil
 }
 
-// WriteMany stores the bitmaps in one new deletion vector file, one after
+// WriteMany stores the vectors in one new deletion vector file, one after
 // the other (each its size, data and CRC-32, the first at offset 1), and
-// returns a "u" descriptor per bitmap with its offset. A commit that
+// returns a "u" descriptor per vector with its offset. A commit that
 // hides rows in many data files writes one file instead of one per data
-// file. Like Write it uses WriteIfAbsent under a fresh UUID name.
-func WriteMany(ctx context.Context, st storage.Storage, bms []*roaring64.Bitmap, prefix string) ([]*delta.DeletionVector, error) {
+// file. The file is named from a fresh UUID (under prefix when it is not
+// empty) and written with WriteIfAbsent, so a UUID clash can never
+// overwrite vectors other files depend on.
+func WriteMany(ctx context.Context, st storage.Storage, vs []Vector, prefix string) ([]*delta.DeletionVector, error) {
 	if strings.ContainsAny(prefix, "/") {
 		return nil, fmt.Errorf("write deletion vectors: prefix %q must not contain '/'", prefix)
 	}
-	if len(bms) == 0 {
+	if len(vs) == 0 {
 		return nil, nil
 	}
 	id := uuid.New()
 	name := prefix + EncodeZ85(id[:])
 	var buf bytes.Buffer
 	buf.WriteByte(FileFormatVersion)
-	out := make([]*delta.DeletionVector, len(bms))
+	out := make([]*delta.DeletionVector, len(vs))
 	var n [4]byte
-	for i, b := range bms {
-		data, err := EncodeBitmap(b)
-		if err != nil {
-			return nil, fmt.Errorf("write deletion vectors: %w", err)
-		}
-		if buf.Len() > math.MaxInt32-len(data)-8 {
-			return nil, fmt.Errorf("write deletion vectors: %d vectors pass the 2 GiB a file's offsets can address", len(bms))
+	for i, v := range vs {
+		if buf.Len() > math.MaxInt32-len(v.data)-8 {
+			return nil, fmt.Errorf("write deletion vectors: %d vectors pass the 2 GiB a file's offsets can address", len(vs))
 		}
 		out[i] = &delta.DeletionVector{
 			StorageType:    StorageRelative,
 			PathOrInlineDv: name,
 			Offset:         ptr(int32(buf.Len())),
-			SizeInBytes:    int32(len(data)),
-			Cardinality:    int64(b.GetCardinality()),
-			MaxRowIndex:    maxRowIndex(b),
+			SizeInBytes:    int32(len(v.data)),
+			Cardinality:    v.cardinality,
+			MaxRowIndex:    v.maxRow,
 		}
-		binary.BigEndian.PutUint32(n[:], uint32(len(data)))
+		binary.BigEndian.PutUint32(n[:], uint32(len(v.data)))
 		buf.Write(n[:])
-		buf.Write(data)
-		binary.BigEndian.PutUint32(n[:], crc32.ChecksumIEEE(data))
+		buf.Write(v.data)
+		binary.BigEndian.PutUint32(n[:], crc32.ChecksumIEEE(v.data))
 		buf.Write(n[:])
 	}
 	p, err := RelativePath(out[0])

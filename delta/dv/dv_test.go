@@ -273,7 +273,15 @@ func TestWriteManyRoundTrip(t *testing.T) {
 	st := storage.NewLocal(t.TempDir())
 	type whole struct{ storage.Storage } // no RangeReader: Load reads the whole file
 	bms := []*roaring64.Bitmap{roaring64.BitmapOf(1), sample(), roaring64.New(), roaring64.BitmapOf(7, 9, 1<<33)}
-	ds, err := WriteMany(ctx, st, bms, "ab")
+	vs := make([]Vector, len(bms))
+	for i, b := range bms {
+		v, err := Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs[i] = v
+	}
+	ds, err := WriteMany(ctx, st, vs, "ab")
 	if err != nil {
 		t.Fatal(err)
 	}
