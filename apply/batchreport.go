@@ -46,15 +46,16 @@ func (a *TableApplier) rows() int {
 }
 
 // batchReport builds the OnBatch report of a batch that just committed.
-func (t *tableRun) batchReport(b *Batch, res *Result, rowsBefore int, refresh, quarantine time.Duration) *BatchReport {
+func (t *tableRun) batchReport(f *inflight) *BatchReport {
+	b := f.b
 	r := &BatchReport{
-		Table: t.cfg.Name, Version: res.Version, Result: res,
+		Table: t.cfg.Name, Version: f.res.Version, Result: f.res,
 		Read: b.Read, Skipped: b.Skipped, Quarantined: b.Quarantined, Changes: len(b.Changes),
 		Ranges:       b.Ranges,
-		RowsBefore:   rowsBefore,
+		RowsBefore:   f.rowsBefore,
 		SourceMicros: make([]int64, len(b.Changes)),
-		Decode:       t.buf.decode, Refresh: refresh, Quarantine: quarantine,
-		Started: t.buf.since, Committed: time.Now(),
+		Decode:       f.buf.decode, Refresh: f.refreshed, Quarantine: f.quarantined,
+		Started: f.buf.since, Committed: f.committed,
 	}
 	for i, c := range b.Changes {
 		r.SourceMicros[i] = c.SourceTsMicros

@@ -51,8 +51,11 @@ type Engine struct {
 	OnBatch func(*BatchReport)
 
 	// beforeApply, when set, runs before each table commit; tests use it
-	// to pause an instance into a zombie.
+	// to pause an instance into a zombie. It runs on Run's goroutine;
+	// applying, when set, runs on the batch's applying goroutine just
+	// before Apply (tests hold a batch in flight with it).
 	beforeApply func(table string)
+	applying    func(table string)
 	// wrapStore, when set, wraps each table's storage (tests inject
 	// storage faults with it).
 	wrapStore func(storage.Storage) storage.Storage
@@ -65,8 +68,10 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
-	// predecodedUsed counts records routed with predecode's result (tests).
+	// predecodedUsed counts records routed with predecode's result, and
+	// routed the records routed into a table's buffer (tests).
 	predecodedUsed atomic.Int64
+	routed         atomic.Int64
 
 	metrics *Metrics  // nil: no metrics
 	ready   readiness // /readyz: assignment and positions
@@ -123,6 +128,52 @@ type tableRun struct {
 	loadOpened bool
 
 	buf tableBuffer
+
+	// inflight is the batch being applied on its own goroutine while the
+	// loop reads on (nil: none). While it is set the applier belongs to
+	// that goroutine: the loop reads the positions and layout it had
+	// when the batch started (positions, layout) and settles the batch
+	// before anything that would touch the applier.
+	inflight *inflight
+}
+
+// inflight is one table batch applied off the loop (see startFlush).
+type inflight struct {
+	done chan struct{} // closed when Apply returned
+	buf  tableBuffer   // the batch's buffer, taken out of the table
+	b    *Batch
+
+	rowsBefore             int
+	refreshed, quarantined time.Duration
+	// pos and layout are the applier's before the batch: what routing
+	// reads while the batch is applied.
+	pos    checkpoint.Positions
+	layout *Layout
+
+	// Set by the applying goroutine before done is closed.
+	res       *Result
+	err       error
+	committed time.Time
+}
+
+// positions returns the table's Kafka positions as the loop may read
+// them: with a batch in flight, the positions before it (every record
+// routed meanwhile is past them, and nothing is re-seeked until the batch
+// is settled).
+func (t *tableRun) positions() checkpoint.Positions {
+	if t.inflight != nil {
+		return t.inflight.pos
+	}
+	return t.applier.Positions()
+}
+
+// layout returns the table's layout as the loop may read it (layouts are
+// immutable; with a batch in flight, the one it started with).
+func (t *tableRun) layout() *Layout {
+	if t.inflight != nil {
+		return t.inflight.layout
+	}
+	return t.applier.Layout()
 }
 
 // tableBuffer is one table's pending batch.
@@ -388,6 +439,19 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, e.pollWait())
+		for _, t := range e.tables {
+			// A batch that commits while the loop waits for records
+			// ends the wait: its offsets, metrics and hooks go out now.
+			if f := t.inflight; f != nil {
+				go func() {
+					select {
+					case <-f.done:
+						cancel()
+					case <-pctx.Done():
+					}
+				}()
+			}
+		}
 		fetches := cl.PollRecords(pctx, 10_000)
 		cancel()
 		for _, t := range e.tables {
@@ -396,6 +460,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			break
 		}
+		e.settleDone(ctx)
 		e.metrics.fetched(fetches)
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -415,13 +480,14 @@ func (e *Engine) Run(ctx context.Context) error {
 			// soon as a table reaches max_records, mid-poll (the
 			// partitions cannot move while the poll is being handled).
 			if t := e.tableFor(r.Topic); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords {
-				e.flush(ctx, t)
+				e.startFlush(ctx, t)
 			}
 		}
+		e.settleDone(ctx)
 		now := e.clock()
 		for _, t := range e.tables {
 			if t.halted == nil && e.due(t, now) {
-				e.flush(ctx, t)
+				e.startFlush(ctx, t)
 			}
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
 				e.releaseTable(t)
@@ -429,10 +495,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		cl.AllowRebalance()
 	}
-	// Shut down: flush what is buffered while we still own the partitions.
+	// Shut down: settle the batches in flight, then flush what is
+	// buffered while we still own the partitions.
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, t := range e.tables {
+		if !e.settle(fctx, t) {
+			continue
+		}
 		if t.halted == nil && !t.buf.empty() {
 			e.flush(fctx, t)
 		}
@@ -482,7 +552,7 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 	}
 	if errors.Is(err, kerr.OffsetOutOfRange) {
 		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
-		next, _ := t.applier.Positions().Next(tp)
+		next, _ := t.positions().Next(tp)
 		e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention); changes would be lost: %w",
 			t.cfg.Name, topic, partition, next, err))
 		return
@@ -497,6 +567,9 @@ func (e *Engine) halt(t *tableRun, reason string, err error) {
 	if t.halted != nil {
 		return
 	}
+	// A batch in flight holds records before the one that halts the
+	// table: let it land (or fail: then a restart reads it again).
+	e.finish(context.Background(), t, false)
 	t.halted = err
 	e.haltMu.Lock()
 	if e.haltedView == nil {
@@ -604,6 +677,9 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 		return // re-seeked during this poll: read again from the positions
 	}
 	if t.reopen.Swap(false) {
+		if !e.settle(ctx, t) {
+			return // resynced, which reopened the table
+		}
 		if err := t.applier.Open(ctx); err != nil {
 			e.halt(t, "open", err)
 			return
@@ -614,7 +690,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 		}
 	}
 	tp := checkpoint.TopicPartition{Topic: r.Topic, Partition: r.Partition}
-	if t.applier.Positions().Applied(tp, r.Offset) {
+	if t.positions().Applied(tp, r.Offset) {
 		// Fetched before a re-seek: already in the table and accounted
 		// for by the commit that applied it.
 		return
@@ -629,6 +705,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 	}
 	pb.rng.Next = r.Offset + 1
 	pb.read++
+	e.routed.Add(1)
 	t.buf.bytes += int64(len(r.Key) + len(r.Value))
 
 	decodeStart := time.Now()
@@ -657,7 +734,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 			// Not the record's fault (the schema registry could not be
 			// asked): never quarantine or skip it. Apply nothing of this
 			// table, hold it and retry from its positions after a back-off.
-			e.holdTable(t, r, err)
+			e.holdTable(ctx, t, r, err)
 			return
 		}
 		e.reject(t, pb, &rec, string(rej.Reason), rej.Error())
@@ -677,7 +754,10 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 		e.truncate(ctx, t, tp, pb, r, &ch)
 		return
 	}
-	if err := e.ensureLayout(t, &ch); err != nil {
+	if err := e.ensureLayout(ctx, t, &ch); err != nil {
+		if errors.Is(err, errResynced) {
+			return
+		}
 		var pe *ProjectError
 		if errors.As(err, &pe) {
 			e.reject(t, pb, &rec, pe.Reason, pe.Error())
@@ -686,7 +766,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 		e.halt(t, "schema", err)
 		return
 	}
-	c, err := t.applier.Layout().Project(&ch)
+	c, err := t.layout().Project(&ch)
 	if err != nil {
 		var pe *ProjectError
 		if errors.As(err, &pe) {
@@ -704,6 +784,9 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) {
 // "tombstone" everything buffered before it is committed first, then the
 // truncate alone, so it deletes exactly the rows older than it.
 func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicPartition, pb *partBuffer, r *kgo.Record, ch *debezium.Change) {
+	if !e.settle(ctx, t) {
+		return // resynced: the truncate is read again
+	}
 	switch {
 	case t.cfg.TruncatePolicy == "ignore", t.applier.Layout() == nil:
 		pb.skipped++
@@ -748,7 +831,7 @@ func (e *Engine) reject(t *tableRun, pb *partBuffer, rec *debezium.Record, reaso
 // ensureLayout creates the table's layout from the first change, and
 // extends it when an image carries columns the table lacks (additive
 // schema policy); other policies stop the table.
-func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
+func (e *Engine) ensureLayout(ctx context.Context, t *tableRun, ch *debezium.Change) error {
 	img := ch.After
 	if !img.Present() {
 		img = ch.Before
@@ -756,7 +839,7 @@ func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
 	if !img.Present() {
 		return &ProjectError{"missing_image", "a change with neither before nor after image"}
 	}
-	l := t.applier.Layout()
+	l := t.layout()
 	if l == nil {
 		keys := t.cfg.KeyColumns
 		if len(keys) == 0 {
@@ -783,6 +866,10 @@ func (e *Engine) ensureLayout(t *tableRun, ch *debezium.Change) error {
 		}
 		return fmt.Errorf("table %s: topic %s partition %d offset %d: new source column(s) %v and schema_policy is %q",
 			t.cfg.Name, ch.Pos.Topic, ch.Pos.Partition, ch.Pos.Offset, names, t.cfg.SchemaPolicy)
+	}
+	// Evolving changes the applier: the batch in flight lands first.
+	if !e.settle(ctx, t) {
+		return errResynced
 	}
 	cols := make([]delta.StructField, len(missing))
 	names := make([]string, len(missing))
@@ -820,10 +907,27 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// flush commits a table's pending batch: quarantine first (idempotent, its
-// own txns), then the table commit with the data and positions, then the
-// group offsets for lag tooling.
+// flush commits a table's pending batch and waits for the commit: see
+// startFlush and settle. It returns false when the table was resynced.
 func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
+	return e.startFlush(ctx, t) && e.settle(ctx, t)
+}
+
+// errResynced says the table was resynced while a record was routed: the
+// record is read again from the table's positions.
+var errResynced = errors.New("table resynced")
+
+// startFlush begins committing a table's pending batch: the batch in
+// flight is settled first (one at a time per table), then, on the loop,
+// the catch-up with other writers, the horizon split and the quarantine
+// commit (idempotent, its own txns); then the table commit with the data
+// and positions runs on its own goroutine, so the loop reads and decodes
+// the next batch meanwhile. settle finishes it. It returns false when the
+// table was resynced.
+func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
+	if !e.settle(ctx, t) {
+		return false
+	}
 	if t.buf.empty() {
 		return true
 	}
@@ -867,28 +971,81 @@ func (e *Engine) flush(ctx context.Context, t *tableRun) bool {
 	if e.beforeApply != nil {
 		e.beforeApply(t.cfg.Name)
 	}
-	rowsBefore := t.applier.rows()
-	res, err := t.applier.Apply(ctx, b)
+	f := &inflight{done: make(chan struct{}), buf: t.buf, b: b,
+		rowsBefore: t.applier.rows(), refreshed: refreshed, quarantined: quarantined,
+		pos: t.applier.Positions(), layout: t.applier.Layout()}
+	t.buf.reset()
+	t.inflight = f
+	// The commit is not cut short by the engine's shutdown: a batch whose
+	// data files are written is committed, and Run's shutdown waits.
+	actx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(f.done)
+		if e.applying != nil {
+			e.applying(t.cfg.Name)
+		}
+		f.res, f.err = t.applier.Apply(actx, b)
+		f.committed = time.Now()
+	}()
+	return true
+}
+
+// settleDone settles every table's batch that has finished applying,
+// without waiting for the others.
+func (e *Engine) settleDone(ctx context.Context) {
+	for _, t := range e.tables {
+		if f := t.inflight; f != nil {
+			select {
+			case <-f.done:
+				e.settle(ctx, t)
+			default:
+			}
+		}
+	}
+}
+
+// settle waits for the table's batch in flight, if any, and finishes it:
+// reported and its group offsets committed, or, if it failed, the table
+// resynced (false).
+func (e *Engine) settle(ctx context.Context, t *tableRun) bool {
+	return e.finish(ctx, t, true)
+}
+
+// finish waits for and finishes the batch in flight. A failed batch is
+// resynced when recover is set; otherwise (the table halts) it is only
+// logged: a restart reads it again from the table's positions.
+func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
+	f := t.inflight
+	if f == nil {
+		return true
+	}
+	<-f.done
+	t.inflight = nil
+	b, res, err := f.b, f.res, f.err
 	if err != nil {
 		e.metrics.commitFailedFor(t.cfg.Name, errors.Is(err, ErrFenced))
-		if errors.Is(err, ErrFenced) {
+		switch {
+		case errors.Is(err, ErrFenced):
 			e.fenced.Add(1)
 			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
-		} else {
+		case recover:
 			e.log.Error("table commit failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
+		default:
+			e.log.Error("table commit failed; the table halts and reads it again from its positions on restart", "table", t.cfg.Name, "err", err)
 		}
-		e.resync(ctx, t)
+		if recover {
+			e.resync(ctx, t)
+		}
 		return false
 	}
 	if e.OnBatch != nil {
-		e.OnBatch(t.batchReport(b, res, rowsBefore, refreshed, quarantined))
+		e.OnBatch(t.batchReport(f))
 	}
 	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
 		"revived", res.Counts.Revive, "stale", res.Counts.StaleRecords, "skipped", b.Skipped, "quarantined", b.Quarantined)
 	e.commitGroupOffsets(ctx, b.Ranges)
-	e.recordCommit(t, b, res, refreshed, quarantined)
-	t.buf.reset()
+	e.recordCommit(t, &f.buf, b, res, f.refreshed, f.quarantined)
 	t.holdFailures = 0
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
@@ -977,6 +1134,12 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 		}
 		for _, p := range parts {
 			e.metrics.revoked(t.cfg.Name, checkpoint.TopicPartition{Topic: topic, Partition: p})
+		}
+		if f := t.inflight; f != nil {
+			// Hand the partitions over after the batch in flight lands
+			// (or fails): the next owner then reads its positions. Run
+			// reports it when it settles it.
+			<-f.done
 		}
 		gone := map[checkpoint.TopicPartition]bool{}
 		for _, p := range parts {

@@ -57,7 +57,7 @@ func (e *Engine) Load(ctx context.Context, table string, recs []debezium.Record)
 		if ch.Op == debezium.OpTruncate {
 			return nil, where(fmt.Errorf("a truncate cannot be loaded"))
 		}
-		if err := e.ensureLayout(t, &ch); err != nil {
+		if err := e.ensureLayout(ctx, t, &ch); err != nil {
 			return nil, where(err)
 		}
 		c, err := t.applier.Layout().Project(&ch)

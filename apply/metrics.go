@@ -305,15 +305,15 @@ func (m *Metrics) commitFailedFor(table string, fenced bool) {
 }
 
 // recordCommit reports a committed batch of table t to the metrics.
-func (e *Engine) recordCommit(t *tableRun, b *Batch, res *Result, refresh, quarantine time.Duration) {
+func (e *Engine) recordCommit(t *tableRun, buf *tableBuffer, b *Batch, res *Result, refresh, quarantine time.Duration) {
 	if e.metrics == nil {
 		return
 	}
-	d := batchDone{table: t.cfg.Name, batch: b, res: res, schema: t.buf.schema, decode: t.buf.decode,
-		refresh: refresh, quarantine: quarantine, heartbeatMs: t.buf.heartbeatMs}
-	if len(t.buf.rejected) > 0 {
+	d := batchDone{table: t.cfg.Name, batch: b, res: res, schema: buf.schema, decode: buf.decode,
+		refresh: refresh, quarantine: quarantine, heartbeatMs: buf.heartbeatMs}
+	if len(buf.rejected) > 0 {
 		d.quarantined = map[string]int{}
-		for _, r := range t.buf.rejected {
+		for _, r := range buf.rejected {
 			d.quarantined[r.Reason]++
 		}
 	}

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -137,7 +138,10 @@ func tlsClientConfig(field string, c *TLSConfig) (*tls.Config, error) {
 // and every record routed to it is ignored until the back-off ends; then
 // releaseTable seeks it back to the positions in the table and resumes, so
 // the same records are read and decoded again. Other tables go on.
-func (e *Engine) holdTable(t *tableRun, r *kgo.Record, err error) {
+func (e *Engine) holdTable(ctx context.Context, t *tableRun, r *kgo.Record, err error) {
+	// The batch in flight was read before this record: let it land. If it
+	// fails, the resync re-seeks, and the hold below re-seeks the same.
+	e.settle(ctx, t)
 	t.holdFailures++
 	wait := registryBackoff(t.holdFailures)
 	e.log.Warn("schema registry unavailable: table held, nothing quarantined; retrying from the table's positions",

@@ -1,0 +1,179 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// holdFirstApply makes the engine's first table commit wait, on its
+// applying goroutine, until release is closed; entered receives when it
+// starts waiting.
+func holdFirstApply(e *Engine) (entered chan struct{}, release chan struct{}) {
+	entered, release = make(chan struct{}, 1), make(chan struct{})
+	var first atomic.Bool
+	e.applying = func(string) {
+		if first.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	return entered, release
+}
+
+func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// produceOrders sends updates i in [from, to) to a few repeating keys and
+// applies them to the oracle.
+func produceOrders(p *producer, o ordersOracle, from, to int) {
+	for i := from; i < to; i++ {
+		id := i % 7
+		status := fmt.Sprintf("s%d", i)
+		p.change(id, int64(100+i), "u", status)
+		o.apply(id, "u", status)
+	}
+}
+
+// TestEngineReadsWhileABatchCommits: a batch's commit runs off the loop,
+// so the next batch is read and decoded while it is applied. The first
+// batch is held in its commit until the engine has routed the second
+// batch's records; then both land in order and the table equals the
+// oracle. The second batch's first record arrived before the first batch
+// committed, which a loop that applies between polls cannot do.
+func TestEngineReadsWhileABatchCommits(t *testing.T) {
+	c, p := kfakeOrders(t)
+	o := ordersOracle{}
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 10
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour) // only max_records flushes
+	var mu sync.Mutex
+	var reports []*BatchReport
+	var entered, release chan struct{}
+	e, stop := startEngineWith(t, cfg, func(e *Engine) {
+		entered, release = holdFirstApply(e)
+		e.OnBatch = func(r *BatchReport) {
+			mu.Lock()
+			reports = append(reports, r)
+			mu.Unlock()
+		}
+	})
+	defer stop()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+
+	produceOrders(p, o, 0, 10)
+	waitOrFail(t, entered, "the first batch's commit")
+	produceOrders(p, o, 10, 20)
+	for deadline := time.Now().Add(30 * time.Second); e.routed.Load() < 20; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine routed %d records while the first batch was being committed; want the second batch's 10 too", e.routed.Load())
+		}
+	}
+	close(release)
+	released = true
+	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+
+	// The loop reports a batch when it settles it, just after its commit.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(reports)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches reported, want 2", n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 2 {
+		t.Fatalf("%d batches committed, want 2", len(reports))
+	}
+	first, second := reports[0], reports[1]
+	if first.Version >= second.Version || first.Ranges[checkpoint.TopicPartition{Topic: "orders"}].Next != 10 {
+		t.Fatalf("batches out of order: versions %d, %d; first ranges %v", first.Version, second.Version, first.Ranges)
+	}
+	if !second.Started.Before(first.Committed) {
+		t.Fatalf("the second batch started at %v, after the first committed at %v: nothing was read during the commit", second.Started, first.Committed)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestEngineShutdownCommitsTheBatchInFlight: stopping the engine while a
+// batch is being committed waits for that commit and settles it (reported,
+// group offsets committed) before Run returns; it is not lost and the
+// table does not halt.
+func TestEngineShutdownCommitsTheBatchInFlight(t *testing.T) {
+	c, p := kfakeOrders(t)
+	o := ordersOracle{}
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 10
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := holdFirstApply(e)
+	var reported atomic.Int32
+	e.OnCommit = func(string, *Result) { reported.Add(1) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	produceOrders(p, o, 0, 10)
+	waitOrFail(t, entered, "the batch's commit")
+	cancel()
+	select {
+	case err := <-done:
+		close(release)
+		t.Fatalf("Run returned (%v) while a batch was being committed", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the batch in flight was released")
+	}
+	if n := reported.Load(); n != 1 {
+		t.Fatalf("%d commits reported by the time Run returned, want 1 (the batch in flight, settled before return)", n)
+	}
+	snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"}); next != 10 {
+		t.Fatalf("position after shutdown = %d, want 10: the batch in flight was not committed", next)
+	}
+	if h := e.Halted(); len(h) != 0 {
+		t.Fatalf("halted on shutdown: %v", h)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
