@@ -191,7 +191,7 @@ func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	name := fmt.Sprintf("rows-%d-v1", n)
 	var opts []datafile.WriteOption
 	if rowGroup > 0 {
-		name = fmt.Sprintf("rows-%d-rg%d-p%d-v1", n, rowGroup, MergeOnReadPageBytes)
+		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v1", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
 		opts = MergeOnReadFileOptions()
 	}
 	dir := filepath.Join(root, name)

@@ -47,10 +47,17 @@ const MergeOnReadRowGroupRows = 8192
 // a whole column chunk of a row group here).
 const MergeOnReadPageBytes = 8 << 10
 
+// MergeOnReadCodec is the compression of a merge-on-read table's data
+// files. Every stored row read decompresses a page per column, so at 1M
+// keys a batch decompresses tens of MB: Snappy (Spark's and delta-rs's
+// default) decodes several times faster than zstd, for files about half
+// again as large (bench/README.md, session 5).
+const MergeOnReadCodec = datafile.Snappy
+
 // MergeOnReadFileOptions are the write options of a merge-on-read table's
 // data files (row groups and pages sized for stored-row reads).
 func MergeOnReadFileOptions() []datafile.WriteOption {
-	return []datafile.WriteOption{datafile.RowGroupRows(MergeOnReadRowGroupRows), datafile.PageBytes(MergeOnReadPageBytes)}
+	return []datafile.WriteOption{datafile.RowGroupRows(MergeOnReadRowGroupRows), datafile.PageBytes(MergeOnReadPageBytes), datafile.Compression(MergeOnReadCodec)}
 }
 
 // inlineDVLimit is the largest serialized deletion vector kept inline in
