@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -86,7 +87,7 @@ func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.
 				if pc.leaf < 0 {
 					continue // not in this file: NULL
 				}
-				if err := readChunkAt(chunks[pc.leaf], pc.conv, rows[i:j], first, out[c][i:j]); err != nil {
+				if err := readChunkAt(chunks[pc.leaf], pc.conv, pc.maxDef, rows[i:j], first, out[c][i:j]); err != nil {
 					return nil, fmt.Errorf("read rows of %s: column %s: %w", add.Path, l.Schema.Fields[c].Name, err)
 				}
 			}
@@ -101,8 +102,9 @@ func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.
 
 // pointColumn maps one table column to its file leaf (-1: absent).
 type pointColumn struct {
-	leaf int
-	conv func(pq.Value) schema.Value
+	leaf   int
+	conv   func(pq.Value) schema.Value
+	maxDef byte // the leaf's definition level when a value is present
 }
 
 // pointColumns maps the layout's columns to the file's top-level leaves
@@ -132,7 +134,7 @@ func (l Layout) pointColumns(pf *pq.File) ([]pointColumn, error) {
 		if conv == nil {
 			return nil, fmt.Errorf("%w: column %s: %s from %s", ErrNoPointRead, f.Name, f.Type, ff.Type())
 		}
-		cols[i] = pointColumn{leaf: leaf.ColumnIndex, conv: conv}
+		cols[i] = pointColumn{leaf: leaf.ColumnIndex, conv: conv, maxDef: byte(leaf.MaxDefinitionLevel)}
 	}
 	return cols, nil
 }
@@ -233,8 +235,10 @@ func decimalBigEndian(b []byte, scale int32) schema.Value {
 // With the chunk's offset index, each wanted row's page is found there,
 // read whole (no slicing copy) once, and its values are decoded forward
 // only as far as the last row wanted in it. Without one (an old writer)
-// the pages are read from the chunk's start.
-func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int64, first int64, out []schema.Value) error {
+// the pages are read from the chunk's start. A page of plain values (no
+// dictionary) is indexed directly (pageIndexer): only the definition
+// levels before a row are counted, and only the row's own value is made.
+func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, maxDef byte, rows []int64, first int64, out []schema.Value) error {
 	oi, err := cc.OffsetIndex()
 	if errors.Is(err, pq.ErrMissingOffsetIndex) {
 		return readChunkScan(cc, conv, rows, first, out)
@@ -257,6 +261,7 @@ func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int
 	}()
 	var values pq.ValueReader
 	var scratch []pq.Value
+	var direct *pageIndexer   // the page's values by index (nil: read them in order)
 	cur, next := -1, int64(0) // the page read, the row its reader is at
 	for k, r := range rows {
 		local := r - first
@@ -279,6 +284,19 @@ func readChunkAt(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []int
 				return fmt.Errorf("page %d holds rows %d-%d, not row %d (not a flat column?)", p, starts[p], starts[p]+n-1, local)
 			}
 			values, cur, next = page.Values(), p, starts[p]
+			direct = newPageIndexer(page, maxDef)
+		}
+		if direct != nil {
+			v, ok := direct.at(int(local - starts[p]))
+			switch {
+			case !ok:
+				return fmt.Errorf("page %d holds %d values, not the value of row %d (not a flat column?)", p, page.NumValues(), r)
+			case v.IsNull():
+				out[k] = schema.Null
+			default:
+				out[k] = conv(v)
+			}
+			continue
 		}
 		want := int(local-next) + 1 // values to decode to reach the row
 		if cap(scratch) < want {
@@ -339,6 +357,93 @@ func readChunkScan(cc pq.ColumnChunk, conv func(pq.Value) schema.Value, rows []i
 		}
 	}
 	return nil
+}
+
+// pageIndexer finds the value of a flat column's row in a decoded page
+// without materialising the values before it: the definition levels up
+// to the row are counted (optional columns) and the row's value is taken
+// from the page's plain data. Rows are asked for in ascending order.
+type pageIndexer struct {
+	defs   []byte // nil: a required column, value i is row i
+	maxDef byte
+	n      int                // values in the page's data
+	value  func(int) pq.Value // the data's j-th value
+	row    int                // rows counted so far
+	seen   int                // values among them
+}
+
+// newPageIndexer indexes page, or returns nil when its values must be
+// read in order: dictionary-encoded, repeated, or a kind not listed here.
+func newPageIndexer(page pq.Page, maxDef byte) *pageIndexer {
+	if page.Dictionary() != nil || len(page.RepetitionLevels()) > 0 {
+		return nil
+	}
+	d := page.Data()
+	x := &pageIndexer{defs: page.DefinitionLevels(), maxDef: maxDef}
+	switch d.Kind() {
+	case encoding.Boolean:
+		bits := d.Boolean()
+		x.n = len(bits) * 8
+		x.value = func(j int) pq.Value { return pq.BooleanValue(bits[j>>3]>>(j&7)&1 != 0) }
+	case encoding.Int32:
+		v := d.Int32()
+		x.n, x.value = len(v), func(j int) pq.Value { return pq.Int32Value(v[j]) }
+	case encoding.Int64:
+		v := d.Int64()
+		x.n, x.value = len(v), func(j int) pq.Value { return pq.Int64Value(v[j]) }
+	case encoding.Float:
+		v := d.Float()
+		x.n, x.value = len(v), func(j int) pq.Value { return pq.FloatValue(v[j]) }
+	case encoding.Double:
+		v := d.Double()
+		x.n, x.value = len(v), func(j int) pq.Value { return pq.DoubleValue(v[j]) }
+	case encoding.ByteArray:
+		data, offs := d.ByteArray()
+		if len(offs) == 0 {
+			return nil
+		}
+		x.n = len(offs) - 1
+		x.value = func(j int) pq.Value { return pq.ByteArrayValue(data[offs[j]:offs[j+1]:offs[j+1]]) }
+	case encoding.FixedLenByteArray:
+		data, size := d.FixedLenByteArray()
+		if size <= 0 {
+			return nil
+		}
+		x.n = len(data) / size
+		x.value = func(j int) pq.Value { return pq.FixedLenByteArrayValue(data[j*size : (j+1)*size : (j+1)*size]) }
+	default:
+		return nil
+	}
+	if x.defs == nil && int64(x.n) < page.NumValues() {
+		return nil // boolean data is padded to bytes; anything else short is not plain
+	}
+	return x
+}
+
+// at returns the value of the page's row i (a NULL value for a row without
+// one); ok is false when the page does not hold it.
+func (x *pageIndexer) at(i int) (v pq.Value, ok bool) {
+	if x.defs == nil {
+		if i >= x.n {
+			return v, false
+		}
+		return x.value(i), true
+	}
+	if i >= len(x.defs) || i < x.row {
+		return v, false
+	}
+	for ; x.row < i; x.row++ {
+		if x.defs[x.row] == x.maxDef {
+			x.seen++
+		}
+	}
+	if x.defs[i] != x.maxDef {
+		return pq.NullValue(), true
+	}
+	if x.seen >= x.n {
+		return v, false
+	}
+	return x.value(x.seen), true
 }
 
 func readAllValues(r pq.ValueReader, buf []pq.Value) (int, error) {
