@@ -1060,6 +1060,13 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.buf.reset()
 	t.resynced = true // also on a halt below: the poll's rest is not applied
+	if ctx.Err() != nil {
+		// Shutting down: reloading the table now would fail for the
+		// cancelled context and halt it. Nothing after the failure is
+		// applied; a restart reads it again from the table's positions.
+		e.log.Warn("not resynced: shutting down; the table's positions are where a restart reads from", "table", t.cfg.Name)
+		return
+	}
 	if err := t.applier.Open(ctx); err != nil {
 		e.halt(t, "open", err)
 		return

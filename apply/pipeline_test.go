@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/debezium"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -175,5 +176,34 @@ func TestEngineShutdownCommitsTheBatchInFlight(t *testing.T) {
 	}
 	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestEngineResyncWhileShuttingDownDoesNotHalt: a batch that fails while
+// the engine is being stopped (its context cancelled) is dropped with
+// what was read after it, and the table is not reloaded: reloading with
+// the cancelled context would fail and halt a table that is fine. A
+// restart reads from the table's positions.
+func TestEngineResyncWhileShuttingDownDoesNotHalt(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, []string{"127.0.0.1:1"}, dir)
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, v := dbzOrders(1, 100, "c", "new")
+	if _, err := e.Load(context.Background(), "orders", []debezium.Record{{Topic: "orders", Key: k, Value: v}}); err != nil {
+		t.Fatal(err)
+	}
+	tr := e.tables[0]
+	tr.buf.parts[checkpoint.TopicPartition{Topic: "orders"}] = &partBuffer{read: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.resync(ctx, tr)
+	if h := e.Halted(); len(h) != 0 {
+		t.Fatalf("a resync during shutdown halted the table: %v", h)
+	}
+	if !tr.buf.empty() || !tr.resynced {
+		t.Fatal("the buffer read after the failed batch was kept")
 	}
 }
