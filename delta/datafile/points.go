@@ -1,6 +1,7 @@
 package datafile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -432,10 +433,10 @@ func (x *pageIndexer) at(i int) (v pq.Value, ok bool) {
 	if i >= len(x.defs) || i < x.row {
 		return v, false
 	}
-	for ; x.row < i; x.row++ {
-		if x.defs[x.row] == x.maxDef {
-			x.seen++
-		}
+	if x.row < i {
+		// Flat columns: a level is 0 (NULL) or maxDef (a value).
+		x.seen += bytes.Count(x.defs[x.row:i], []byte{x.maxDef})
+		x.row = i
 	}
 	if x.defs[i] != x.maxDef {
 		return pq.NullValue(), true
