@@ -125,14 +125,17 @@ func (tx *Transaction) Remove(removes ...*Remove) {
 }
 
 // RemoveFile removes a live file, carrying its size, partition values,
-// stats and deletion vector into the remove action as the protocol
-// recommends (extendedFileMetadata), with the deletion time now.
+// tags and deletion vector into the remove action as the protocol
+// recommends (extendedFileMetadata), with the deletion time now. Stats
+// are left out (optional in a remove): a file re-added with a new
+// deletion vector is removed at every change, and its stats would make
+// up most of the log's and the checkpoints' tombstones.
 func (tx *Transaction) RemoveFile(a *Add, dataChange bool) {
 	ts := tx.table.opts.clock().UnixMilli()
 	size := a.Size
 	ext := true
 	tx.Remove(&Remove{Path: a.Path, DeletionTimestamp: &ts, DataChange: dataChange, ExtendedFileMetadata: &ext,
-		PartitionValues: a.PartitionValues, Size: &size, Stats: a.Stats, Tags: a.Tags, DeletionVector: a.DeletionVector,
+		PartitionValues: a.PartitionValues, Size: &size, Tags: a.Tags, DeletionVector: a.DeletionVector,
 		BaseRowID: a.BaseRowID, DefaultRowCommitVersion: a.DefaultRowCommitVersion})
 }
 

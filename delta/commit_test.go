@@ -616,3 +616,55 @@ func TestCommitInCommitTimestamps(t *testing.T) {
 		t.Errorf("enabling in-commit timestamps: %v, want ErrUnsupportedFeature", err)
 	}
 }
+
+// TestTombstonesCarryNoStats: RemoveFile writes no stats into the remove
+// (optional there, and most of a tombstone's size), and a snapshot keeps
+// the removes of other writers without theirs, whether derived by a
+// commit or replayed from the log.
+func TestTombstonesCarryNoStats(t *testing.T) {
+	ctx := context.Background()
+	tbl, snap := createTable(t, storage.NewLocal(t.TempDir()), nil)
+	stats := `{"numRecords":3,"minValues":{"id":1},"maxValues":{"id":3},"nullCount":{"id":0}}`
+	a, b := fakeAdd("a"), fakeAdd("b")
+	a.Stats, b.Stats = stats, stats
+	tx := tbl.Begin(snap)
+	tx.Add(a, b)
+	c, err := tx.Commit(ctx, "WRITE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx = tbl.Begin(c.Snapshot)
+	tx.RemoveFile(a, true)
+	ts := int64(5)
+	tx.Remove(&Remove{Path: b.Path, DeletionTimestamp: &ts, DataChange: true, Stats: stats}) // as another writer may
+	c, err = tx.Commit(ctx, "DELETE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := map[string]string{}
+	for _, act := range mustCommit(t, tbl, c.Version) {
+		if act.Remove != nil {
+			logged[act.Remove.Path] = act.Remove.Stats
+		}
+	}
+	if s, ok := logged[a.Path]; !ok || s != "" {
+		t.Errorf("RemoveFile logged stats %q (present %v), want none", s, ok)
+	}
+	if logged[b.Path] != stats {
+		t.Errorf("an explicit remove's stats were not logged as given: %q", logged[b.Path])
+	}
+	replayed, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*Snapshot{"derived": c.Snapshot, "replayed": replayed} {
+		if s.NumTombstones() != 2 {
+			t.Fatalf("%s: %d tombstones, want 2", name, s.NumTombstones())
+		}
+		for _, r := range s.Tombstones() {
+			if r.Stats != "" || r.Size == nil && r.Path == a.Path {
+				t.Errorf("%s: tombstone %s keeps stats %q or lost its size", name, r.Path, r.Stats)
+			}
+		}
+	}
+}
