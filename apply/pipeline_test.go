@@ -29,6 +29,17 @@ func holdFirstApply(e *Engine) (entered chan struct{}, release chan struct{}) {
 	return entered, release
 }
 
+// tenRecordBatches is a kfake orders topic and a pipeline on it whose
+// batches are flushed by max_records (10) only.
+func tenRecordBatches(t *testing.T) (*producer, string, *Config) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 10
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+	return p, dir, cfg
+}
+
 func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -56,12 +67,8 @@ func produceOrders(p *producer, o ordersOracle, from, to int) {
 // oracle. The second batch's first record arrived before the first batch
 // committed, which a loop that applies between polls cannot do.
 func TestEngineReadsWhileABatchCommits(t *testing.T) {
-	c, p := kfakeOrders(t)
+	p, dir, cfg := tenRecordBatches(t)
 	o := ordersOracle{}
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 10
-	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour) // only max_records flushes
 	var mu sync.Mutex
 	var reports []*BatchReport
 	var entered, release chan struct{}
@@ -127,12 +134,8 @@ func TestEngineReadsWhileABatchCommits(t *testing.T) {
 // group offsets committed) before Run returns; it is not lost and the
 // table does not halt.
 func TestEngineShutdownCommitsTheBatchInFlight(t *testing.T) {
-	c, p := kfakeOrders(t)
+	p, dir, cfg := tenRecordBatches(t)
 	o := ordersOracle{}
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 10
-	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
 	e, err := NewEngine(cfg, Logger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
