@@ -151,13 +151,7 @@ func TestMergeOnReadMatchesOracle(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := oracle.rows()
-			got, pos := tableState(t, mor)
-			if pos != int64(len(stream)) || fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("merge-on-read table at position %d:\n got %v\nwant %v", pos, got, want)
-			}
-			if direct := readDirect(t, mor); fmt.Sprint(direct) != fmt.Sprint(want) {
-				t.Fatalf("datafile.Read of the merge-on-read table:\n got %v\nwant %v", direct, want)
-			}
+			requireOracleTable(t, "merge-on-read table", mor, int64(len(stream)), want)
 			if c, _ := tableState(t, cow); fmt.Sprint(c) != fmt.Sprint(want) {
 				t.Fatalf("copy-on-write table:\n got %v\nwant %v", c, want)
 			}
@@ -282,13 +276,7 @@ func TestMergeOnReadUpgradesCopyOnWriteTable(t *testing.T) {
 	if err := runFromMode(ctx, store, stream, 7, CopyOnWrite); err != nil {
 		t.Fatal(err)
 	}
-	got, pos := tableState(t, store)
-	if pos != int64(len(stream)) || fmt.Sprint(got) != fmt.Sprint(oracle.rows()) {
-		t.Fatalf("table at position %d:\n got %v\nwant %v", pos, got, oracle.rows())
-	}
-	if direct := readDirect(t, store); fmt.Sprint(direct) != fmt.Sprint(oracle.rows()) {
-		t.Fatalf("datafile.Read:\n got %v\nwant %v", direct, oracle.rows())
-	}
+	requireOracleTable(t, "table", store, int64(len(stream)), oracle.rows())
 	snap, err = delta.Open(store).Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -517,13 +505,7 @@ func TestMergeOnReadFoldsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := oracle.rows()
-	got, pos := tableState(t, store)
-	if pos != int64(len(stream)) || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table at position %d:\n got %v\nwant %v", pos, got, want)
-	}
-	if direct := readDirect(t, store); fmt.Sprint(direct) != fmt.Sprint(want) {
-		t.Fatalf("datafile.Read:\n got %v\nwant %v", direct, want)
-	}
+	requireOracleTable(t, "table", store, int64(len(stream)), want)
 	snap, err := delta.Open(store).Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -559,4 +541,17 @@ func queryEngineRows(t *testing.T, dir string) (dvTableRead, []string) {
 	}
 	sort.Strings(got)
 	return res, got
+}
+
+// requireOracleTable checks a table at the stream's end: its position and
+// rows by the snapshot reader, and its rows by datafile.Read, equal want.
+func requireOracleTable(t *testing.T, what string, store storage.Storage, pos int64, want []string) {
+	t.Helper()
+	got, at := tableState(t, store)
+	if at != pos || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s at position %d (want %d):\n got %v\nwant %v", what, at, pos, got, want)
+	}
+	if direct := readDirect(t, store); fmt.Sprint(direct) != fmt.Sprint(want) {
+		t.Fatalf("datafile.Read of the %s:\n got %v\nwant %v", what, direct, want)
+	}
 }
