@@ -2,6 +2,7 @@ package apply
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -50,8 +51,11 @@ type RowDeleter interface {
 	// ReadRowsAt returns the rows of a's data file at the given physical
 	// indexes (ascending, none hidden by its deletion vector), each with
 	// Pos set: merge-on-read needs the stored values of a few rows of a
-	// file, not all of them.
-	ReadRowsAt(ctx context.Context, a *delta.Add, rows []int64) ([]Row, error)
+	// file, not all of them. need, when not nil, says which source
+	// columns each row needs (need[i], ascending; nil: every column):
+	// the key columns are read too, the row's other values may be left
+	// unavailable, and its Seq, Deleted and times unset.
+	ReadRowsAt(ctx context.Context, a *delta.Add, rows []int64, need [][]int) ([]Row, error)
 }
 
 // Deletion asks for rows of one data file to be hidden.
@@ -135,7 +139,7 @@ type pendingEntry struct {
 type changedKey struct {
 	r     *Reduced
 	entry int
-	// stored: resolving r takes values from the stored row (needsStored),
+	// stored: resolving r takes values from the stored row (unavailableColumns),
 	// decided once by readStored.
 	stored bool
 }
@@ -435,17 +439,22 @@ func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []change
 // batch's time when many changes need stored values, and files are
 // independent. The index is only read here, before any goroutine starts.
 func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fileID][]changedKey, rd RowDeleter) ([]map[int64]*Row, error) {
-	want := make([][]int64, len(ids))
+	type wanted struct {
+		row  int64
+		cols []int // the winner's unavailable columns
+	}
+	want := make([][]wanted, len(ids))
 	var jobs []int
 	for i, id := range ids {
 		changed := byFile[id]
 		for j := range changed {
-			if changed[j].stored = needsStored(changed[j].r); changed[j].stored {
-				want[i] = append(want[i], int64(ix.entries[changed[j].entry].row))
+			if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
+				changed[j].stored = true
+				want[i] = append(want[i], wanted{int64(ix.entries[changed[j].entry].row), cols})
 			}
 		}
 		if len(want[i]) > 0 {
-			slices.Sort(want[i])
+			slices.SortFunc(want[i], func(a, b wanted) int { return cmp.Compare(a.row, b.row) })
 			jobs = append(jobs, i)
 		}
 	}
@@ -458,7 +467,11 @@ func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fil
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				fileRows, err := rd.ReadRowsAt(ctx, ix.files[ids[i]], want[i])
+				rows, need := make([]int64, len(want[i])), make([][]int, len(want[i]))
+				for k, w := range want[i] {
+					rows[k], need[k] = w.row, w.cols
+				}
+				fileRows, err := rd.ReadRowsAt(ctx, ix.files[ids[i]], rows, need)
 				if err != nil {
 					errs[i] = fmt.Errorf("plan batch: %w", err)
 					continue
@@ -500,7 +513,9 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
 				return nil, nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
 			}
-			st = &StoredRow{Seq: fr.Seq, Deleted: fr.Deleted, Values: fr.Values}
+			// The index's sequence and flag are the row's (the reader
+			// leaves them unset when it reads only some columns).
+			st.Values = fr.Values
 		}
 		row, kind := ix.resolve(r, st, appliedMicros, &p.Counts)
 		if kind == RowStale {
@@ -513,17 +528,19 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 	return rows, positions, nil
 }
 
-// needsStored reports whether resolving r may take a value from the
-// stored row: only a column the winner left unavailable can (a delete
-// leaves every non-key column so, and its tombstone keeps the last values).
-// A full image needs nothing but the index's sequence and deleted flag.
-func needsStored(r *Reduced) bool {
-	for _, v := range r.Winner.Values {
+// unavailableColumns lists the columns whose value resolving r may take
+// from the stored row: only a column the winner left unavailable can (a
+// delete leaves every non-key column so, and its tombstone keeps the last
+// values; an update leaves a TOASTed column it did not change). A full
+// image needs nothing but the index's sequence and deleted flag.
+func unavailableColumns(r *Reduced) []int {
+	var cols []int
+	for c, v := range r.Winner.Values {
 		if v.IsUnavailable() {
-			return true
+			cols = append(cols, c)
 		}
 	}
-	return false
+	return cols
 }
 
 func (ix *KeyIndex) resolve(r *Reduced, stored *StoredRow, appliedMicros int64, c *Counts) (Row, RowKind) {

@@ -243,9 +243,9 @@ func (c *countingRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row,
 	return c.ParquetRowFiles.ReadRows(ctx, add)
 }
 
-func (c *countingRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
+func (c *countingRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64, need [][]int) ([]Row, error) {
 	c.reads.Add(1)
-	return c.ParquetRowFiles.ReadRowsAt(ctx, add, rows)
+	return c.ParquetRowFiles.ReadRowsAt(ctx, add, rows, need)
 }
 
 // TestMergeOnReadUpgradesCopyOnWriteTable switches an existing
@@ -418,7 +418,7 @@ func TestReadRowsAt(t *testing.T) {
 	}
 	add = adds[0]
 	at := []int64{0, 4, 17, 23, 49}
-	got, err := rf.ReadRowsAt(ctx, add, at)
+	got, err := rf.ReadRowsAt(ctx, add, at, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestReadRowsAt(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]int64{{7}, {50}, {4, 2}, {-1}} {
-		if _, err := rf.ReadRowsAt(ctx, add, bad); err == nil || !strings.Contains(err.Error(), add.Path) {
+		if _, err := rf.ReadRowsAt(ctx, add, bad, nil); err == nil || !strings.Contains(err.Error(), add.Path) {
 			t.Fatalf("rows %v: err %v, want an error naming %s", bad, err, add.Path)
 		}
 	}

@@ -57,7 +57,7 @@ const MergeOnReadCodec = datafile.Snappy
 // MergeOnReadFileOptions are the write options of a merge-on-read table's
 // data files (row groups and pages sized for stored-row reads).
 func MergeOnReadFileOptions() []datafile.WriteOption {
-	return []datafile.WriteOption{datafile.RowGroupRows(MergeOnReadRowGroupRows), datafile.PageBytes(MergeOnReadPageBytes), datafile.Compression(MergeOnReadCodec)}
+	return []datafile.WriteOption{datafile.RowGroupRows(MergeOnReadRowGroupRows), datafile.PageBytes(MergeOnReadPageBytes), datafile.Compression(MergeOnReadCodec), datafile.PlainValues()}
 }
 
 // inlineDVLimit is the largest serialized deletion vector kept inline in
@@ -129,9 +129,10 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 
 // ReadRowsAt implements RowDeleter: the wanted rows (ascending physical
 // indexes, none hidden by the file's vector) are read through the page
-// index (readRowsAtPages), or, for a layout that read does not take, by
-// decoding the row groups holding them (readRowsAtGroups).
-func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
+// index (readRowsAtPages), only the columns each needs, or, for a layout
+// that read does not take, whole, by decoding the row groups holding
+// them (readRowsAtGroups).
+func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64, need [][]int) ([]Row, error) {
 	if add.DeletionVector != nil {
 		bm, err := dv.Load(ctx, p.store, add.DeletionVector)
 		if err != nil {
@@ -143,7 +144,10 @@ func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows [
 			}
 		}
 	}
-	out, err := p.readRowsAtPages(ctx, add, rows)
+	if need != nil && len(need) != len(rows) {
+		return nil, fmt.Errorf("read rows of %s: columns for %d rows, %d rows asked", add.Path, len(need), len(rows))
+	}
+	out, err := p.readRowsAtPages(ctx, add, rows, need)
 	if errors.Is(err, datafile.ErrNoPointRead) {
 		return p.readRowsAtGroups(ctx, add, rows)
 	}
@@ -151,27 +155,95 @@ func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows [
 }
 
 // readRowsAtPages reads the rows through the Parquet page index
-// (datafile.ReadValuesAt): only the pages holding them are decoded, and
-// no Arrow arrays are built.
-func (p *ParquetRowFiles) readRowsAtPages(ctx context.Context, add *delta.Add, rows []int64) ([]Row, error) {
-	cols, err := datafile.ReadValuesAt(ctx, p.store, p.file, add, rows)
+// (datafile.ReadColumnsAt): only the pages holding the values wanted are
+// read, and no Arrow arrays are built. A row with need[i] set gets its key
+// columns and those; its other values stay unavailable and its engine
+// columns unread.
+func (p *ParquetRowFiles) readRowsAtPages(ctx context.Context, add *delta.Add, rows []int64, need [][]int) ([]Row, error) {
+	nSource := len(p.layout.Source)
+	nCols := len(p.file.Schema.Fields)
+	if nCols != nSource+4 {
+		return nil, fmt.Errorf("read rows of %s: %d columns, want %d source and 4 engine columns", add.Path, nCols, nSource)
+	}
+	// which[c] lists the indexes (into rows) of the rows column c is read
+	// for; nil means every row.
+	which := make([][]int, nCols)
+	partial := false
+	for _, cols := range need {
+		partial = partial || cols != nil
+	}
+	if partial {
+		isKey := make([]bool, nSource)
+		for _, k := range p.layout.Key {
+			isKey[k] = true
+		}
+		for c := range nCols {
+			if c < nSource && isKey[c] {
+				continue
+			}
+			which[c] = []int{}
+		}
+		for i, cols := range need {
+			if cols == nil {
+				for c := range nCols {
+					if which[c] != nil {
+						which[c] = append(which[c], i)
+					}
+				}
+				continue
+			}
+			for _, c := range cols {
+				if c >= 0 && c < nSource && !isKey[c] {
+					which[c] = append(which[c], i)
+				}
+			}
+		}
+	}
+	perColumn := make([][]int64, nCols)
+	for c := range perColumn {
+		if which[c] == nil {
+			perColumn[c] = rows
+			continue
+		}
+		perColumn[c] = make([]int64, len(which[c]))
+		for k, i := range which[c] {
+			perColumn[c][k] = rows[i]
+		}
+	}
+	cols, err := datafile.ReadColumnsAt(ctx, p.store, p.file, add, perColumn)
 	if err != nil {
 		return nil, err
-	}
-	nSource := len(p.layout.Source)
-	if len(cols) != nSource+4 {
-		return nil, fmt.Errorf("read rows of %s: %d columns, want %d source and 4 engine columns", add.Path, len(cols), nSource)
 	}
 	out := make([]Row, len(rows))
 	vals := make([]schema.Value, len(rows)*nSource) // one allocation for all values
 	for i := range out {
-		r := &out[i]
-		r.Pos = rows[i]
-		r.Values = vals[i*nSource : (i+1)*nSource : (i+1)*nSource]
-		for c := range nSource {
-			r.Values[c] = cols[c][i]
+		out[i].Pos = rows[i]
+		out[i].Values = vals[i*nSource : (i+1)*nSource : (i+1)*nSource]
+		if partial {
+			for c := range out[i].Values {
+				out[i].Values[c] = schema.Unavailable
+			}
 		}
-		seq, del, src, app := cols[nSource][i], cols[nSource+1][i], cols[nSource+2][i], cols[nSource+3][i]
+	}
+	for c := range nSource {
+		for k, v := range cols[c] {
+			i := k
+			if which[c] != nil {
+				i = which[c][k]
+			}
+			out[i].Values[c] = v
+		}
+	}
+	engine := func(k int) (seq, del, src, app schema.Value) {
+		return cols[nSource][k], cols[nSource+1][k], cols[nSource+2][k], cols[nSource+3][k]
+	}
+	for k := range cols[nSource] {
+		i := k
+		if which[nSource] != nil {
+			i = which[nSource][k]
+		}
+		r := &out[i]
+		seq, del, src, app := engine(k)
 		if seq.Kind != schema.KindString || del.Kind != schema.KindBool || app.Kind != schema.KindInt || (src.Kind != schema.KindInt && !src.IsNull()) {
 			return nil, fmt.Errorf("read rows of %s: row %d: engine columns hold %s, %s, %s, %s", add.Path, rows[i], seq.Kind, del.Kind, src.Kind, app.Kind)
 		}

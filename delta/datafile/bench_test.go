@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"syscall"
 	"testing"
 	"time"
@@ -383,4 +384,51 @@ func BenchmarkReadColumns(b *testing.B) {
 		out.Release()
 	}
 	report(b, benchRows, cpu0)
+}
+
+// BenchmarkReadValuesAt reads 1% of a 100k-row file's rows (random,
+// ascending), as a merge-on-read batch's deletes ask, from files in
+// merge-on-read's shape (8192-row groups, 8 KiB Snappy pages): PLAIN
+// through the direct page reader and through parquet-go's page path, and
+// the DELTA_LENGTH_BYTE_ARRAY file such tables had before (parquet-go):
+//
+//	go test ./delta/datafile -run XXX -bench ReadValuesAt -count 6
+func BenchmarkReadValuesAt(b *testing.B) {
+	ctx := context.Background()
+	st := storage.NewLocal(b.TempDir())
+	l := flatLayout()
+	const n = 100_000
+	opts := []WriteOption{Compression(Snappy), PageBytes(8 << 10), RowGroupRows(8192)}
+	plain, err := Write(ctx, st, l, flatRecord(b, l, n), nil, append(opts, PlainValues())...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	deltaLength, err := Write(ctx, st, l, flatRecord(b, l, n), nil, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var at []int64
+	for i := int64(0); i < n; i++ {
+		if rng.IntN(100) == 0 {
+			at = append(at, i)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		add    *delta.Add
+		direct bool
+	}{{"plain-direct", plain, true}, {"plain-parquet-go", plain, false}, {"delta-length-parquet-go", deltaLength, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			directPages = c.direct
+			defer func() { directPages = true }()
+			for i := 0; i < b.N; i++ {
+				got, err := ReadValuesAt(ctx, st, l, c.add, at)
+				if err != nil || len(got[0]) != len(at) {
+					b.Fatalf("%d rows, err %v", len(got), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
+		})
+	}
 }

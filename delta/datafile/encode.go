@@ -175,6 +175,9 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode parquet: %w", err)
 		}
+		if o.plain && n.Leaf() && n.Type().Kind() == pq.ByteArray {
+			n = pq.Encoded(n, &pq.Plain)
+		}
 		root = append(root, field{Node: n, name: f.Name})
 	}
 	sc := pq.NewSchema("spark_schema", root)

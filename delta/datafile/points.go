@@ -34,17 +34,39 @@ var ErrNoPointRead = errors.New("no point read for this layout or file")
 //
 // Only the data pages holding the rows are read and decompressed: the
 // file is opened in parts (storage.Open), each column chunk's offset index
-// locates the page of a row, and of that page only the values from the
-// row on are decoded, with no Arrow arrays built. A file written in small
-// pages (PageBytes) therefore costs about one page per column per row
-// asked for, however large the file; rows close together share pages.
+// locates the page of a row, and of that page only the row's value is
+// decoded (pagedirect.go), with no Arrow arrays built. A file written in
+// small pages (PageBytes) therefore costs about one page per column per
+// row asked for, however large the file; rows close together share pages.
 func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows []int64) ([][]schema.Value, error) {
+	perColumn := make([][]int64, len(l.Schema.Fields))
+	for c := range perColumn {
+		perColumn[c] = rows
+	}
+	return ReadColumnsAt(ctx, st, l, add, perColumn)
+}
+
+// ReadColumnsAt is ReadValuesAt with rows chosen per column: rows[c]
+// (ascending, distinct) are the rows whose value of the schema's column c
+// is wanted, and the result's slice c holds their values in that order
+// (nil for a column no row is wanted of). A point read that needs one
+// column of a row (a TOASTed value) reads that column's page only.
+func ReadColumnsAt(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows [][]int64) ([][]schema.Value, error) {
 	if len(l.PartitionColumns) > 0 || l.Mapping == MappingID {
 		return nil, fmt.Errorf("%w: partition columns or column mapping by id", ErrNoPointRead)
 	}
-	for i, r := range rows {
-		if r < 0 || (i > 0 && r <= rows[i-1]) {
-			return nil, fmt.Errorf("read rows of %s: rows must be ascending and distinct (row %d after %d)", add.Path, r, rows[max(i-1, 0)])
+	if len(rows) != len(l.Schema.Fields) {
+		return nil, fmt.Errorf("read rows of %s: rows for %d columns, the table has %d", add.Path, len(rows), len(l.Schema.Fields))
+	}
+	var last int64 = -1 // the largest row asked for
+	for _, rs := range rows {
+		for i, r := range rs {
+			if r < 0 || (i > 0 && r <= rs[i-1]) {
+				return nil, fmt.Errorf("read rows of %s: rows must be ascending and distinct (row %d after %d)", add.Path, r, rs[max(i-1, 0)])
+			}
+		}
+		if len(rs) > 0 {
+			last = max(last, rs[len(rs)-1])
 		}
 	}
 	p, err := dataPath(st, add)
@@ -66,37 +88,55 @@ func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) > 0 && rows[len(rows)-1] >= pf.NumRows() {
-		return nil, fmt.Errorf("read rows of %s: row %d of a file of %d rows", add.Path, rows[len(rows)-1], pf.NumRows())
+	if last >= pf.NumRows() {
+		return nil, fmt.Errorf("read rows of %s: row %d of a file of %d rows", add.Path, last, pf.NumRows())
 	}
 	out := make([][]schema.Value, len(cols))
 	for c := range out {
-		out[c] = make([]schema.Value, len(rows))
+		if len(rows[c]) > 0 {
+			out[c] = make([]schema.Value, len(rows[c]))
+		}
 	}
-	// Walk the row groups, handing each the rows it holds.
+	// Walk the row groups, handing each column the rows of it the group
+	// holds; next[c] is column c's first row not yet read.
+	next := make([]int, len(cols))
 	var first int64 // the group's first row in the file
-	i := 0
-	for _, rg := range pf.RowGroups() {
+	md := pf.Metadata()
+	var dc directChunk // buffers shared by the chunks read directly
+	for g, rg := range pf.RowGroups() {
 		n := rg.NumRows()
-		j := i
-		for j < len(rows) && rows[j] < first+n {
-			j++
-		}
-		if j > i {
-			chunks := rg.ColumnChunks()
-			for c, pc := range cols {
-				if pc.leaf < 0 {
-					continue // not in this file: NULL
-				}
-				if err := readChunkAt(chunks[pc.leaf], pc.conv, pc.maxDef, rows[i:j], first, out[c][i:j]); err != nil {
-					return nil, fmt.Errorf("read rows of %s: column %s: %w", add.Path, l.Schema.Fields[c].Name, err)
-				}
+		chunks := rg.ColumnChunks()
+		for c, pc := range cols {
+			rs, i := rows[c], next[c]
+			j := i
+			for j < len(rs) && rs[j] < first+n {
+				j++
 			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
+			if j == i {
+				continue
+			}
+			next[c] = j
+			if pc.leaf < 0 {
+				for k := i; k < j; k++ {
+					out[c][k] = schema.Null // not in this file
+				}
+				continue
+			}
+			err := errNotDirect
+			if cmd := &md.RowGroups[g].Columns[pc.leaf].MetaData; directable(cmd, pc.typ.Kind(), pc.maxDef) {
+				err = dc.read(f, chunks[pc.leaf], cmd, pc.typ, pc.conv, pc.maxDef, rs[i:j], first, out[c][i:j])
+			}
+			if errors.Is(err, errNotDirect) {
+				err = readChunkAt(chunks[pc.leaf], pc.conv, pc.maxDef, rs[i:j], first, out[c][i:j])
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read rows of %s: column %s: %w", add.Path, l.Schema.Fields[c].Name, err)
 			}
 		}
-		i, first = j, first+n
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		first += n
 	}
 	return out, nil
 }
@@ -104,6 +144,7 @@ func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.
 // pointColumn maps one table column to its file leaf (-1: absent).
 type pointColumn struct {
 	leaf   int
+	typ    pq.Type // the leaf's Parquet type
 	conv   func(pq.Value) schema.Value
 	maxDef byte // the leaf's definition level when a value is present
 }
@@ -135,7 +176,7 @@ func (l Layout) pointColumns(pf *pq.File) ([]pointColumn, error) {
 		if conv == nil {
 			return nil, fmt.Errorf("%w: column %s: %s from %s", ErrNoPointRead, f.Name, f.Type, ff.Type())
 		}
-		cols[i] = pointColumn{leaf: leaf.ColumnIndex, conv: conv, maxDef: byte(leaf.MaxDefinitionLevel)}
+		cols[i] = pointColumn{leaf: leaf.ColumnIndex, typ: ff.Type(), conv: conv, maxDef: byte(leaf.MaxDefinitionLevel)}
 	}
 	return cols, nil
 }

@@ -32,6 +32,7 @@ type writeOptions struct {
 	now      func() time.Time
 	rowGroup int64
 	page     int
+	plain    bool
 }
 
 // Compression sets the codec of written files (default Zstd).
@@ -47,6 +48,12 @@ func RowGroupRows(n int64) WriteOption { return func(o *writeOptions) { o.rowGro
 // (default 256 KiB, parquet-go's). Small pages let a reader that needs a
 // few rows (ReadValuesAt) decode little more than those rows.
 func PageBytes(n int) WriteOption { return func(o *writeOptions) { o.page = n } }
+
+// PlainValues writes every top-level byte array column PLAIN instead of
+// parquet-go's DELTA_LENGTH_BYTE_ARRAY, so a point read of one value
+// (ReadValuesAt) walks the page's lengths to it without decoding the
+// page's other values (the direct page reader, pagedirect.go).
+func PlainValues() WriteOption { return func(o *writeOptions) { o.plain = true } }
 
 // Write stores rec, the table's data columns (every non-partition column
 // in schema order, logical names and ArrowType types), as a new Parquet

@@ -1,0 +1,273 @@
+package datafile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	pq "github.com/parquet-go/parquet-go"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// flatLayout has a column of every type the direct reader decodes.
+func flatLayout() Layout {
+	return Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "id", Type: delta.Long, Nullable: false},
+		{Name: "i", Type: delta.Integer, Nullable: true},
+		{Name: "s", Type: delta.String, Nullable: true},
+		{Name: "b", Type: delta.Binary, Nullable: true},
+		{Name: "f", Type: delta.Float, Nullable: true},
+		{Name: "d", Type: delta.Double, Nullable: true},
+		{Name: "ok", Type: delta.Boolean, Nullable: true},
+		{Name: "m", Type: delta.DecimalType{Precision: 12, Scale: 2}, Nullable: true},
+		{Name: "big", Type: delta.DecimalType{Precision: 30, Scale: 4}, Nullable: true},
+		{Name: "ts", Type: delta.Timestamp, Nullable: true},
+		{Name: "day", Type: delta.Date, Nullable: true},
+		{Name: "gone", Type: delta.String, Nullable: true}, // NULL in every row
+	}}, NumIndexedCols: 32}
+}
+
+// flatRecord fills flatLayout's columns with n rows whose NULLs come in
+// every pattern the definition levels encode: scattered (bit-packed
+// runs), long runs of NULLs and of values (RLE runs), none, all.
+func flatRecord(t testing.TB, l Layout, n int) arrow.RecordBatch {
+	t.Helper()
+	sc, err := ArrowSchema(l.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	for i := range n {
+		null := func(k int) bool { return i%k == 0 || (i >= 3000 && i < 3700) }
+		b.Field(0).(*array.Int64Builder).Append(int64(i) * 3)
+		if null(7) {
+			b.Field(1).AppendNull()
+		} else {
+			b.Field(1).(*array.Int32Builder).Append(int32(-i))
+		}
+		if null(5) {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("v%d-%s", i, bytes.Repeat([]byte("x"), i%13)))
+		}
+		if i%2 == 1 {
+			b.Field(3).AppendNull()
+		} else {
+			b.Field(3).(*array.BinaryBuilder).Append([]byte{byte(i), byte(i >> 8), 0})
+		}
+		b.Field(4).(*array.Float32Builder).Append(float32(i) / 4)
+		if null(3) {
+			b.Field(5).AppendNull()
+		} else {
+			b.Field(5).(*array.Float64Builder).Append(float64(i) * 1.5)
+		}
+		if null(11) {
+			b.Field(6).AppendNull()
+		} else {
+			b.Field(6).(*array.BooleanBuilder).Append(i%3 == 1)
+		}
+		b.Field(7).(*array.Decimal128Builder).Append(decimal128.FromI64(int64(i)*100 - 7))
+		if null(4) {
+			b.Field(8).AppendNull()
+		} else {
+			b.Field(8).(*array.Decimal128Builder).Append(decimal128.FromI64(-int64(i) * 1_000_003))
+		}
+		b.Field(9).(*array.TimestampBuilder).Append(arrow.Timestamp(int64(i) * 1_000_001))
+		b.Field(10).(*array.Date32Builder).Append(arrow.Date32(i % 20000))
+		b.Field(11).AppendNull()
+	}
+	return b.NewRecordBatch()
+}
+
+// readBothWays reads rows with the direct reader and with parquet-go's
+// page path, checks both agree, and returns the values with how many
+// column chunks the direct reader served.
+func readBothWays(t *testing.T, st storage.Storage, l Layout, add *delta.Add, rows []int64) ([][]schema.Value, int64) {
+	t.Helper()
+	ctx := context.Background()
+	before := directChunksRead.Load()
+	direct, err := ReadValuesAt(ctx, st, l, add, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := directChunksRead.Load() - before
+	directPages = false
+	defer func() { directPages = true }()
+	viaPQ, err := ReadValuesAt(ctx, st, l, add, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range viaPQ {
+		for k := range rows {
+			if !reflect.DeepEqual(direct[c][k], viaPQ[c][k]) {
+				t.Fatalf("%s, row %d: direct %v, parquet-go %v", l.Schema.Fields[c].Name, rows[k], direct[c][k], viaPQ[c][k])
+			}
+		}
+	}
+	return direct, served
+}
+
+func sampleRows(n int, seed uint64) []int64 {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	rows := []int64{0, 1, 2999, 3000, 3001, 3699, 3700}
+	for i := int64(3701); i < int64(n); i++ {
+		if rng.IntN(40) == 0 {
+			rows = append(rows, i)
+		}
+	}
+	return append(rows, int64(n-1))
+}
+
+// TestReadValuesAtDirect: files we write PLAIN (merge-on-read's options,
+// Snappy or uncompressed, in small pages and several row groups) are
+// read by the direct page reader, with the values parquet-go's page path
+// reads and the values written.
+func TestReadValuesAtDirect(t *testing.T) {
+	const n = 10_000
+	for _, codec := range []Codec{Snappy, Uncompressed} {
+		t.Run(string(codec), func(t *testing.T) {
+			st := storage.NewLocal(t.TempDir())
+			l := flatLayout()
+			add, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, PlainValues(), Compression(codec), PageBytes(512), RowGroupRows(4096))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := sampleRows(n, 1)
+			got, served := readBothWays(t, st, l, add, rows)
+			// 12 columns, 3 row groups, each holding rows asked for.
+			if served != 36 {
+				t.Fatalf("the direct reader served %d of the 36 column chunks", served)
+			}
+			for k, r := range rows {
+				i := int(r)
+				wantS := schema.String(fmt.Sprintf("v%d-%s", i, bytes.Repeat([]byte("x"), i%13)))
+				if i%5 == 0 || (i >= 3000 && i < 3700) {
+					wantS = schema.Null
+				}
+				if got[0][k] != schema.Int(r*3) || !reflect.DeepEqual(got[2][k], wantS) || got[11][k] != schema.Null {
+					t.Fatalf("row %d: id %v s %v gone %v, want %d %v NULL", r, got[0][k], got[2][k], got[11][k], r*3, wantS)
+				}
+			}
+		})
+	}
+}
+
+// TestReadValuesAtDirectDeclines: a file in DELTA_LENGTH_BYTE_ARRAY (our
+// copy-on-write files), zstd or with dictionaries is read by parquet-go's
+// page path, with the same values.
+func TestReadValuesAtDirectDeclines(t *testing.T) {
+	const n = 5000
+	st := storage.NewLocal(t.TempDir())
+	l := flatLayout()
+	add, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, Compression(Snappy), PageBytes(512), RowGroupRows(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := sampleRows(n, 2)
+	_, served := readBothWays(t, st, l, add, rows)
+	// The three byte array columns are declined, the others PLAIN: 9
+	// columns in 2 row groups.
+	if served != 18 {
+		t.Fatalf("the direct reader served %d column chunks, want 18", served)
+	}
+	zadd, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, PlainValues(), PageBytes(512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, served := readBothWays(t, st, l, zadd, rows); served != 0 {
+		t.Fatalf("the direct reader read %d pages of a zstd file", served)
+	}
+}
+
+// TestReadValuesAtDirectOtherWriter reads a file arrow-go wrote with
+// version 2 data pages, PLAIN values, Snappy and required columns (no
+// definition levels), alongside dictionary-encoded columns it declines.
+func TestReadValuesAtDirectOtherWriter(t *testing.T) {
+	const n = 6000
+	l := Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "id", Type: delta.Long, Nullable: false},
+		{Name: "s", Type: delta.String, Nullable: false},
+		{Name: "o", Type: delta.String, Nullable: true},
+		{Name: "dict", Type: delta.String, Nullable: true},
+	}}, NumIndexedCols: 32}
+	sc, _ := ArrowSchema(l.Schema)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	for i := range n {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("s%d", i))
+		if i%3 == 0 {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("o%d", i))
+		}
+		b.Field(3).(*array.StringBuilder).Append(fmt.Sprintf("d%d", i%4))
+	}
+	rec := b.NewRecordBatch()
+	props := parquet.NewWriterProperties(parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithDataPageSize(300),
+		parquet.WithMaxRowGroupLength(2500), parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false),
+		parquet.WithDictionaryFor("dict", true), parquet.WithEncoding(parquet.Encodings.Plain), parquet.WithStats(true), parquet.WithPageIndexEnabled(true))
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	if err := st.Write(ctx, "other.parquet", buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	add := &delta.Add{Path: "other.parquet", Size: int64(buf.Len())}
+	rows := sampleRows(n, 3)
+	got, served := readBothWays(t, st, l, add, rows)
+	// id, s and o in 3 row groups; dict is declined.
+	if served != 9 {
+		t.Fatalf("the direct reader served %d column chunks, want 9", served)
+	}
+	for k, r := range rows {
+		want := []schema.Value{schema.Int(r), schema.String(fmt.Sprintf("s%d", r)), schema.String(fmt.Sprintf("o%d", r)), schema.String(fmt.Sprintf("d%d", r%4))}
+		if r%3 == 0 {
+			want[2] = schema.Null
+		}
+		for c := range want {
+			if !reflect.DeepEqual(got[c][k], want[c]) {
+				t.Fatalf("row %d column %s: %v, want %v", r, l.Schema.Fields[c].Name, got[c][k], want[c])
+			}
+		}
+	}
+}
+
+// FuzzDirectPage feeds arbitrary bytes to the page header parser and the
+// definition level counter: an error, never a panic or a hang.
+func FuzzDirectPage(f *testing.F) {
+	f.Add([]byte{0x15, 0x06, 0x15, 0x80, 0x01, 0x15, 0x40, 0x5c, 0x15, 0x02, 0x00}, 5)
+	f.Add([]byte{0x03, 0x01, 0x04, 0x00}, 20)
+	f.Fuzz(func(t *testing.T, b []byte, i int) {
+		_, _, _ = parsePageHeader(b)
+		if i >= 0 {
+			_, _, _ = countDefs(b, i)
+		}
+		pg := directPage{rows: 1 << 20, defs: b, values: b}
+		for _, k := range []pq.Kind{pq.Boolean, pq.Int32, pq.Int64, pq.ByteArray, pq.FixedLenByteArray, pq.Double} {
+			_, _ = pg.at(max(i, 0)%pg.rows, k, 3)
+		}
+	})
+}
