@@ -191,8 +191,8 @@ func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	name := fmt.Sprintf("rows-%d-v1", n)
 	var opts []datafile.WriteOption
 	if rowGroup > 0 {
-		// v2: byte arrays PLAIN (datafile.PlainValues).
-		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v2", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
+		// v3: byte arrays PLAIN (datafile.PlainValues), pages cut by bytes.
+		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v3", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
 		opts = MergeOnReadFileOptions()
 	}
 	dir := filepath.Join(root, name)

@@ -42,12 +42,14 @@ const MergeOnReadRowGroupRows = 8192
 // MergeOnReadPageBytes is the data page size of the files a merge-on-read
 // table's engine writes. Stored rows are read page by page through the
 // offset index (datafile.ReadColumnsAt), so a stored value costs about one
-// page: decompressing it and walking to the row. With the direct page
-// reader, 4 KiB pages read faster than 8 KiB (1M-key bench: 111k against
-// 106k events/s, 2 KiB no better) for files no larger (168.1 against
-// 167.2 MiB); parquet-go's default is 256 KiB, a whole column chunk of a
-// row group here.
-const MergeOnReadPageBytes = 4 << 10
+// page: decompressing it and walking to the row. Smaller pages read
+// faster but compress worse, the wide text columns most (1M-key bench,
+// events/s and live table size: 4 KiB 119,744 and 373.5 MiB; 16 KiB
+// 127,474 and 217.6 MiB; 32 KiB 123,155 and 187.9 MiB; 64 KiB 121,996 and
+// 172.8 MiB; the runs differ by about as much as their noise): 32 KiB
+// bounds a stored value's page for a table about a tenth larger than with
+// 64 KiB pages. parquet-go's default is 256 KiB.
+const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadCodec is the compression of a merge-on-read table's data
 // files. Every stored row read decompresses a page per column, so at 1M

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -187,10 +189,19 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		wopts = append(wopts, pq.PageBufferSize(o.page))
 	}
 	w := pq.NewWriter(&out, wopts...)
+	leafStart := make([]int, len(root)) // each top-level field's first leaf
+	for i, leaves := 0, 0; i < len(root); i++ {
+		leafStart[i] = leaves
+		leaves += countLeaves(root[i])
+	}
+	page := o.page
+	if page <= 0 {
+		page = pq.DefaultPageBufferSize
+	}
 	n := rec.NumRows()
 	for start := int64(0); start < n || start == 0; start += o.rowGroup {
 		end := min(n, start+o.rowGroup)
-		if err := writeRowGroup(w, sc, rec, start, end); err != nil {
+		if err := writeRowGroup(w, rec, start, end, leafStart, page); err != nil {
 			return nil, fmt.Errorf("encode parquet: %w", err)
 		}
 		if n == 0 {
@@ -203,22 +214,60 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-func writeRowGroup(w *pq.Writer, sc *pq.Schema, rec arrow.RecordBatch, start, end int64) error {
-	buf := pq.NewBuffer(sc)
-	e := leafEncoder{cols: buf.ColumnBuffers()}
-	rows := make([]slot, end-start)
-	for c := 0; c < int(rec.NumCols()); c++ {
-		col := array.NewSlice(rec.Column(c), start, end)
-		for i := range rows {
-			rows[i] = slot{idx: i}
-		}
-		err := e.column(col, rows, true, 0)
-		col.Release()
+func countLeaves(n pq.Node) int {
+	if n.Leaf() {
+		return 1
+	}
+	c := 0
+	for _, f := range n.Fields() {
+		c += countLeaves(f)
+	}
+	return c
+}
+
+// writeRowGroup writes rows [start, end) of rec as one row group. Its
+// top-level columns are encoded on up to GOMAXPROCS goroutines, each into
+// its own column writers (parquet-go's concurrent row group), then the
+// group is committed. Values reach a flat column's writer page by page
+// (pageChunk), so pages are cut near page bytes whatever the value size:
+// handed a group's values at once, parquet-go cuts pages only every 1024
+// values, which made a wide text column's pages hundreds of KiB and a
+// point read (ReadColumnsAt) decompress all of one for a single value.
+func writeRowGroup(w *pq.Writer, rec arrow.RecordBatch, start, end int64, leafStart []int, page int) error {
+	rg := w.BeginRowGroup()
+	cols := rg.ColumnWriters()
+	ncol := int(rec.NumCols())
+	errs := make([]error, ncol)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), ncol) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := leafEncoder{cols: cols, chunk: max(page/4, 1024)}
+			rows := make([]slot, end-start)
+			for c := range next {
+				col := array.NewSlice(rec.Column(c), start, end)
+				for i := range rows {
+					rows[i] = slot{idx: i}
+				}
+				e.next = leafStart[c]
+				errs[c] = e.column(col, rows, true, 0)
+				col.Release()
+			}
+		}()
+	}
+	for c := range ncol {
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	for c, err := range errs {
 		if err != nil {
 			return fmt.Errorf("column %q: %w", rec.ColumnName(c), err)
 		}
 	}
-	_, err := w.WriteRowGroup(buf)
+	_, err := rg.Commit()
 	return err
 }
 
@@ -235,9 +284,10 @@ type slot struct {
 // and definition levels, one leaf column buffer after another in schema
 // order.
 type leafEncoder struct {
-	cols []pq.ColumnBuffer
-	next int
-	vals []pq.Value
+	cols  []*pq.ColumnWriter
+	next  int
+	vals  []pq.Value
+	chunk int // bytes of a flat column's values handed to its writer at once
 }
 
 // column encodes the positions in slots of arr, a field that is optional
@@ -270,7 +320,7 @@ func (e *leafEncoder) column(arr arrow.Array, slots []slot, optional bool, repDe
 	case *array.Map:
 		return e.repeated(a, a.ListValues(), slots, true, repDepth)
 	}
-	return e.leaf(arr, slots)
+	return e.leaf(arr, slots, repDepth > 0)
 }
 
 // repeated encodes a list (or map) whose elements are values: a defined,
@@ -314,7 +364,7 @@ func isMapEntries(list array.ListLike) bool {
 }
 
 // leaf writes one primitive column's values at the positions in slots.
-func (e *leafEncoder) leaf(arr arrow.Array, slots []slot) error {
+func (e *leafEncoder) leaf(arr arrow.Array, slots []slot, repeated bool) error {
 	leaf := e.next
 	e.next++
 	if cap(e.vals) < len(slots) {
@@ -377,8 +427,27 @@ func (e *leafEncoder) leaf(arr arrow.Array, slots []slot) error {
 		}
 		vals[k] = v.Level(s.rep, s.def, leaf)
 	}
-	if _, err := e.cols[leaf].WriteValues(vals); err != nil {
-		return fmt.Errorf("buffer values: %w", err)
+	if repeated {
+		// Values of one row must reach a writer together: hand them all.
+		if _, err := e.cols[leaf].WriteRowValues(vals); err != nil {
+			return fmt.Errorf("write values: %w", err)
+		}
+		return nil
+	}
+	from, bytes := 0, 0
+	for k := range vals {
+		switch vals[k].Kind() {
+		case pq.ByteArray, pq.FixedLenByteArray:
+			bytes += 4 + len(vals[k].ByteArray())
+		default:
+			bytes += 8
+		}
+		if bytes >= e.chunk || k == len(vals)-1 {
+			if _, err := e.cols[leaf].WriteRowValues(vals[from : k+1]); err != nil {
+				return fmt.Errorf("write values: %w", err)
+			}
+			from, bytes = k+1, 0
+		}
 	}
 	return nil
 }

@@ -271,3 +271,64 @@ func FuzzDirectPage(f *testing.F) {
 		}
 	})
 }
+
+// TestPagesCutByBytes: a wide text column's pages end near PageBytes,
+// not every 1024 values (parquet-go's cut when handed a group at once),
+// so a point read decompresses little more than a page's worth.
+func TestPagesCutByBytes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := storage.NewLocal(dir)
+	l := Layout{Schema: delta.StructType{Fields: []delta.StructField{
+		{Name: "id", Type: delta.Long, Nullable: true},
+		{Name: "doc", Type: delta.String, Nullable: true},
+	}}, NumIndexedCols: 32}
+	sc, _ := ArrowSchema(l.Schema)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	const n, width, page = 5000, 300, 4096
+	for i := range n {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("%0*d", width, i))
+	}
+	add, err := Write(ctx, st, l, b.NewRecordBatch(), nil, PlainValues(), Compression(Uncompressed), PageBytes(page), RowGroupRows(3000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := st.Read(ctx, add.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := pq.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docPages := 0
+	for g, oi := range pf.OffsetIndexes() {
+		if g%2 != 1 { // the doc column's chunks
+			continue
+		}
+		for _, loc := range oi.PageLocations {
+			docPages++
+			// A page is cut once parquet-go's count of its values passes
+			// page bytes (the count leaves out PLAIN's length prefixes,
+			// and up to a quarter page is handed over at once): within
+			// twice page bytes, where a cut every 1024 values would make
+			// 300 KiB pages.
+			if loc.CompressedPageSize > 2*page+width+200 {
+				t.Fatalf("a doc page of %d bytes; pages are cut at %d", loc.CompressedPageSize, page)
+			}
+		}
+	}
+	if min := n * width / (2 * page); docPages < min {
+		t.Fatalf("%d doc pages for %d values of %d bytes, want at least %d", docPages, n, width, min)
+	}
+	got, err := ReadValuesAt(ctx, st, l, add, []int64{0, 2999, 3000, 4999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, r := range []int{0, 2999, 3000, 4999} {
+		if want := schema.String(fmt.Sprintf("%0*d", width, r)); !reflect.DeepEqual(got[1][k], want) {
+			t.Fatalf("row %d: %v", r, got[1][k])
+		}
+	}
+}
