@@ -438,7 +438,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cl.Close()
 
 	for ctx.Err() == nil {
-		pctx, cancel := context.WithTimeout(ctx, e.pollWait())
+		wait := e.pollWait()
+		pctx, cancel := context.WithTimeout(ctx, wait)
 		for _, t := range e.tables {
 			// A batch that commits while the loop waits for records
 			// ends the wait: its offsets, metrics and hooks go out now.
@@ -453,6 +454,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}
 		fetches := cl.PollRecords(pctx, 10_000)
+		// The stream paused: the poll waited out idleFlushWait and found
+		// nothing (not a wait cut short by a commit).
+		idle := wait >= idleFlushWait && errors.Is(pctx.Err(), context.DeadlineExceeded) && fetches.NumRecords() == 0
 		cancel()
 		for _, t := range e.tables {
 			t.resynced = false
@@ -486,7 +490,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.settleDone(ctx)
 		now := e.clock()
 		for _, t := range e.tables {
-			if t.halted == nil && e.due(t, now) {
+			if t.halted == nil && (e.due(t, now) || idle && len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush)) {
 				e.startFlush(ctx, t)
 			}
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
@@ -511,7 +515,17 @@ func (e *Engine) Run(ctx context.Context) error {
 	return nil
 }
 
-// pollWait bounds a poll so that latency flushes happen on time.
+// A batch of at least idleFlushRecords changes is flushed when the stream
+// pauses, a poll finding nothing for idleFlushWait, instead of waiting out
+// max_latency: the end of a burst (a backlog read to its end, a bulk
+// update) commits at once. Smaller batches, a trickle, still gather for
+// max_latency, so idle flushes add at most one commit per
+// idleFlushRecords changes.
+const idleFlushWait = 50 * time.Millisecond
+
+func idleFlushRecords(f FlushPolicy) int { return max(1000, f.MaxRecords/10) }
+
+// pollWait bounds a poll so that latency and idle flushes happen on time.
 func (e *Engine) pollWait() time.Duration {
 	wait := time.Second
 	now := e.clock()
@@ -523,6 +537,9 @@ func (e *Engine) pollWait() time.Duration {
 			continue
 		}
 		left := time.Duration(t.cfg.Flush.MaxLatency) - now.Sub(t.buf.since)
+		if len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush) {
+			left = min(left, idleFlushWait)
+		}
 		if left < wait {
 			wait = left
 		}

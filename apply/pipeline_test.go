@@ -210,3 +210,59 @@ func TestEngineResyncWhileShuttingDownDoesNotHalt(t *testing.T) {
 		t.Fatal("the buffer read after the failed batch was kept")
 	}
 }
+
+// TestEngineFlushesABurstWhenTheStreamPauses: a backlog of 1200 changes,
+// a tenth of max_records or more, is committed as soon as the stream has
+// nothing more, not after max_latency (an hour here); a trickle of 50
+// changes afterwards waits for max_latency (or, here, shutdown).
+func TestEngineFlushesABurstWhenTheStreamPauses(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 10_000
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+	o := ordersOracle{}
+	produceOrders(p, o, 0, 1200)
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan int64, 10)
+	e.OnCommit = func(_ string, res *Result) { committed <- res.Version }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case <-committed:
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("the backlog was not committed when the stream paused")
+	}
+	position := func() int64 {
+		snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"})
+		return next
+	}
+	if got := position(); got != 1200 {
+		t.Fatalf("position after the idle flush = %d, want 1200", got)
+	}
+	produceOrders(p, o, 1200, 1250)
+	select {
+	case v := <-committed:
+		t.Fatalf("a batch of 50 changes was committed (version %d) before max_latency", v)
+	case <-time.After(time.Second):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := position(); got != 1250 {
+		t.Fatalf("position after shutdown = %d, want 1250", got)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
