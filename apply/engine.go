@@ -372,6 +372,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.AdjustFetchOffsetsFn(e.adjustOffsets),
+		kgo.WithDecompressor(newLZ4Decompressor()),
 	}
 	if e.cfg.Kafka.ClientID != "" {
 		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
