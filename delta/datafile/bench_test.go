@@ -388,7 +388,7 @@ func BenchmarkReadColumns(b *testing.B) {
 
 // BenchmarkReadValuesAt reads 1% of a 100k-row file's rows (random,
 // ascending), as a merge-on-read batch's deletes ask, from files in
-// merge-on-read's shape (8192-row groups, 8 KiB Snappy pages): PLAIN
+// merge-on-read's shape (8192-row groups, 32 KiB Snappy pages): PLAIN
 // through the direct page reader and through parquet-go's page path, and
 // the DELTA_LENGTH_BYTE_ARRAY file such tables had before (parquet-go):
 //
@@ -398,7 +398,7 @@ func BenchmarkReadValuesAt(b *testing.B) {
 	st := storage.NewLocal(b.TempDir())
 	l := flatLayout()
 	const n = 100_000
-	opts := []WriteOption{Compression(Snappy), PageBytes(8 << 10), RowGroupRows(8192)}
+	opts := []WriteOption{Compression(Snappy), PageBytes(32 << 10), RowGroupRows(8192)}
 	plain, err := Write(ctx, st, l, flatRecord(b, l, n), nil, append(opts, PlainValues())...)
 	if err != nil {
 		b.Fatal(err)

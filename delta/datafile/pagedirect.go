@@ -102,7 +102,7 @@ func (d *directChunk) read(r io.ReaderAt, cc pq.ColumnChunk, md *format.ColumnMe
 		d.starts[p] = oi.FirstRowIndex(p)
 	}
 	cur := -1
-	var pg directPage
+	var pg *directPage
 	for k, row := range rows {
 		local := row - first
 		p := sort.Search(npages, func(i int) bool { return d.starts[i] > local }) - 1
@@ -130,68 +130,76 @@ func (d *directChunk) read(r io.ReaderAt, cc pq.ColumnChunk, md *format.ColumnMe
 }
 
 // directPage is one data page read: its definition levels (nil for a
-// required column) and its PLAIN values.
+// required column) and its PLAIN values, with cursors into both, since
+// the rows of a page are asked for in ascending order: each level and
+// each byte array length is passed once per page, however many of its
+// rows are read.
 type directPage struct {
 	rows   int
 	defs   []byte // RLE/bit-packed hybrid, bit width 1
 	values []byte
+	levels defCursor
+	// The byte array walk: value index next starts at byte off.
+	next, off int
 }
 
 // page reads page p of the chunk.
-func (d *directChunk) page(p int) (directPage, error) {
+func (d *directChunk) page(p int) (*directPage, error) {
 	size := d.oi.CompressedPageSize(p)
 	if size <= 0 || size > math.MaxInt32 {
-		return directPage{}, fmt.Errorf("page %d: offset index gives %d bytes", p, size)
+		return nil, fmt.Errorf("page %d: offset index gives %d bytes", p, size)
 	}
 	if cap(d.raw) < int(size) {
 		d.raw = make([]byte, size)
 	}
 	raw := d.raw[:size]
 	if _, err := d.r.ReadAt(raw, d.oi.Offset(p)); err != nil {
-		return directPage{}, fmt.Errorf("page %d: %w", p, err)
+		return nil, fmt.Errorf("page %d: %w", p, err)
 	}
 	h, n, err := parsePageHeader(raw)
 	if err != nil {
-		return directPage{}, fmt.Errorf("page %d header: %w", p, err)
+		return nil, fmt.Errorf("page %d header: %w", p, err)
 	}
 	if h.typ != int32(format.DataPageV2) || h.encoding != int32(format.Plain) || h.repLen != 0 {
-		return directPage{}, errNotDirect
+		return nil, errNotDirect
 	}
 	body := raw[n:]
 	if h.compressed < 0 || int(h.compressed) != len(body) || h.defLen < 0 || int(h.defLen) > len(body) || h.numRows < 0 || h.numValues != h.numRows {
-		return directPage{}, fmt.Errorf("page %d: header (%d bytes, %d of levels, %d rows, %d values) does not fit the %d bytes the offset index gives", p, h.compressed, h.defLen, h.numRows, h.numValues, len(body))
+		return nil, fmt.Errorf("page %d: header (%d bytes, %d of levels, %d rows, %d values) does not fit the %d bytes the offset index gives", p, h.compressed, h.defLen, h.numRows, h.numValues, len(body))
 	}
 	pg := directPage{rows: int(h.numRows)}
 	if d.maxDef > 0 {
 		pg.defs = body[:h.defLen]
+		pg.levels = defCursor{rest: pg.defs}
 	} else if h.defLen != 0 || h.numNulls != 0 {
-		return directPage{}, fmt.Errorf("page %d: definition levels in a required column", p)
+		return nil, fmt.Errorf("page %d: definition levels in a required column", p)
 	}
 	pg.values = body[h.defLen:]
 	if d.snappy && h.isCompressed {
 		want := int(h.uncompressed) - int(h.defLen)
 		if want < 0 {
-			return directPage{}, fmt.Errorf("page %d: %d uncompressed bytes, %d of levels", p, h.uncompressed, h.defLen)
+			return nil, fmt.Errorf("page %d: %d uncompressed bytes, %d of levels", p, h.uncompressed, h.defLen)
 		}
 		if d.dec, err = d.codec.Decode(d.dec[:0], pg.values); err != nil {
-			return directPage{}, fmt.Errorf("page %d: snappy: %w", p, err)
+			return nil, fmt.Errorf("page %d: snappy: %w", p, err)
 		}
 		if len(d.dec) != want {
-			return directPage{}, fmt.Errorf("page %d: %d bytes decompressed, header says %d", p, len(d.dec), want)
+			return nil, fmt.Errorf("page %d: %d bytes decompressed, header says %d", p, len(d.dec), want)
 		}
 		pg.values = d.dec
 	}
-	return pg, nil
+	return &pg, nil
 }
 
-// at returns the value of the page's row i, or a NULL value.
-func (pg directPage) at(i int, kind pq.Kind, size int) (pq.Value, error) {
+// at returns the value of the page's row i, or a NULL value. Rows are
+// asked for in ascending order.
+func (pg *directPage) at(i int, kind pq.Kind, size int) (pq.Value, error) {
 	if i < 0 || i >= pg.rows {
 		return pq.Value{}, fmt.Errorf("row %d of a page of %d", i, pg.rows)
 	}
 	j := i // the row's index among the page's values
 	if pg.defs != nil {
-		before, present, err := countDefs(pg.defs, i)
+		before, present, err := pg.levels.at(i)
 		if err != nil {
 			return pq.Value{}, fmt.Errorf("definition levels: %w", err)
 		}
@@ -237,13 +245,17 @@ func (pg directPage) at(i int, kind pq.Kind, size int) (pq.Value, error) {
 		return pq.FixedLenByteArrayValue(v[size*j : size*j+size : size*j+size]), nil
 	case pq.ByteArray:
 		// PLAIN byte arrays: a 4-byte little-endian length, then the bytes.
-		off := 0
-		for range j {
+		if j < pg.next {
+			return pq.Value{}, fmt.Errorf("value %d asked for after value %d", j, pg.next)
+		}
+		off := pg.off
+		for range j - pg.next {
 			if off+4 > len(v) {
 				return short()
 			}
 			off += 4 + int(binary.LittleEndian.Uint32(v[off:]))
 		}
+		pg.next, pg.off = j, off
 		if off+4 > len(v) {
 			return short()
 		}
@@ -256,56 +268,70 @@ func (pg directPage) at(i int, kind pq.Kind, size int) (pq.Value, error) {
 	return pq.Value{}, errNotDirect
 }
 
-// countDefs decodes the bit-width-1 RLE/bit-packed hybrid definition
-// levels of a flat optional column up to entry i: how many entries before
-// it are 1 (hold a value), and whether entry i is.
-func countDefs(levels []byte, i int) (before int, present bool, err error) {
-	pos := 0 // entries passed
-	for len(levels) > 0 {
-		h, n := binary.Uvarint(levels)
-		if n <= 0 {
+// defCursor reads bit-width-1 RLE/bit-packed hybrid definition levels
+// (a flat optional column's) forward: at(i) tells how many entries before
+// entry i are 1 (hold a value) and whether entry i is, for ascending i.
+type defCursor struct {
+	rest   []byte // the runs after the current one
+	pos    int    // entries before the current run
+	before int    // ones before the current run
+	count  int    // entries in the current run
+	ones   int    // ones in the current run
+	one    bool   // an RLE run's value
+	bits   []byte // a bit-packed run's bytes (nil: an RLE run)
+}
+
+func (c *defCursor) at(i int) (before int, present bool, err error) {
+	if i < c.pos {
+		return 0, false, fmt.Errorf("entry %d asked for after entry %d", i, c.pos)
+	}
+	for i >= c.pos+c.count {
+		c.pos += c.count
+		c.before += c.ones
+		if len(c.rest) == 0 {
+			return 0, false, fmt.Errorf("entry %d past the %d levels", i, c.pos)
+		}
+		h, n := binary.Uvarint(c.rest)
+		if n <= 0 || h>>1 > math.MaxInt32 {
 			return 0, false, errors.New("bad run header")
 		}
-		levels = levels[n:]
+		c.rest = c.rest[n:]
 		if h&1 == 0 { // RLE run: count, then the value in one byte
-			count := int(h >> 1)
-			if len(levels) < 1 || count < 0 {
+			if len(c.rest) < 1 {
 				return 0, false, errors.New("short RLE run")
 			}
-			one := levels[0]&1 == 1
-			levels = levels[1:]
-			if i < pos+count {
-				if one {
-					before += i - pos
-				}
-				return before, one, nil
+			c.count, c.one, c.bits = int(h>>1), c.rest[0]&1 == 1, nil
+			c.ones = 0
+			if c.one {
+				c.ones = c.count
 			}
-			if one {
-				before += count
-			}
-			pos += count
+			c.rest = c.rest[1:]
 			continue
 		}
 		groups := int(h >> 1) // bit-packed run: groups of 8 entries, one byte each at width 1
-		if groups < 0 || groups > len(levels) {
+		if groups > len(c.rest) {
 			return 0, false, errors.New("short bit-packed run")
 		}
-		if i < pos+8*groups {
-			k := i - pos
-			for _, b := range levels[:k>>3] {
-				before += bits.OnesCount8(b)
-			}
-			last := levels[k>>3]
-			before += bits.OnesCount8(last & (1<<(k&7) - 1))
-			return before, last>>(k&7)&1 == 1, nil
+		c.count, c.bits = 8*groups, c.rest[:groups]
+		c.ones = 0
+		for _, b := range c.bits {
+			c.ones += bits.OnesCount8(b)
 		}
-		for _, b := range levels[:groups] {
-			before += bits.OnesCount8(b)
-		}
-		levels = levels[groups:]
-		pos += 8 * groups
+		c.rest = c.rest[groups:]
 	}
-	return 0, false, fmt.Errorf("entry %d past the %d levels", i, pos)
+	k := i - c.pos
+	if c.bits == nil {
+		if c.one {
+			return c.before + k, true, nil
+		}
+		return c.before, false, nil
+	}
+	before = c.before
+	for _, b := range c.bits[:k>>3] {
+		before += bits.OnesCount8(b)
+	}
+	last := c.bits[k>>3]
+	return before + bits.OnesCount8(last&(1<<(k&7)-1)), last>>(k&7)&1 == 1, nil
 }
 
 // pageHeader is what the direct reader takes from a Parquet PageHeader

@@ -263,10 +263,13 @@ func FuzzDirectPage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, i int) {
 		_, _, _ = parsePageHeader(b)
 		if i >= 0 {
-			_, _, _ = countDefs(b, i)
+			c := defCursor{rest: b}
+			_, _, _ = c.at(i / 2)
+			_, _, _ = c.at(i)
 		}
-		pg := directPage{rows: 1 << 20, defs: b, values: b}
 		for _, k := range []pq.Kind{pq.Boolean, pq.Int32, pq.Int64, pq.ByteArray, pq.FixedLenByteArray, pq.Double} {
+			pg := directPage{rows: 1 << 20, defs: b, values: b, levels: defCursor{rest: b}}
+			_, _ = pg.at(max(i, 0)%pg.rows/2, k, 3)
 			_, _ = pg.at(max(i, 0)%pg.rows, k, 3)
 		}
 	})
