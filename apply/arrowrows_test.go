@@ -2,6 +2,7 @@ package apply
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -66,5 +67,50 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	bad[7] = schema.Unavailable
 	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
 		t.Error("writing the unavailable placeholder must fail")
+	}
+}
+
+// TestRowsToArrowBothHalves: a batch large enough to be built on two
+// goroutines (the columns in two halves) round-trips every row, and a
+// bad value (an unavailable placeholder) in either half is reported with its column and row.
+func TestRowsToArrowBothHalves(t *testing.T) {
+	const n = 3000
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = Row{Values: scaleValues(int64(i), 3), Seq: pgSeq(uint64(i + 1)), SourceTsMicros: int64(i), AppliedMicros: 9}
+	}
+	sch, err := datafile.ArrowSchema(scaleLayout.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nSource := len(scaleLayout.Source)
+	rec, err := rowsToArrow(sch, nSource, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := arrowToRows(rec, nSource)
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range rows {
+		for c := range rows[r].Values {
+			if !back[r].Values[c].Equal(rows[r].Values[c]) {
+				t.Fatalf("row %d col %d: got %#v want %#v", r, c, back[r].Values[c], rows[r].Values[c])
+			}
+		}
+		if string(back[r].Seq) != string(rows[r].Seq) || back[r].SourceTsMicros != rows[r].SourceTsMicros {
+			t.Fatalf("row %d: engine columns differ", r)
+		}
+	}
+	for _, c := range []int{1, nSource - 1} { // one column in each half
+		bad := append([]schema.Value(nil), rows[2500].Values...)
+		bad[c] = schema.Unavailable
+		rows[2500].Values = bad
+		_, err := rowsToArrow(sch, nSource, rows)
+		if err == nil || !strings.Contains(err.Error(), scaleLayout.Source[c].Name) || !strings.Contains(err.Error(), "row 2500") {
+			t.Fatalf("an unavailable value in column %s: err %v, want one naming the column and row 2500", scaleLayout.Source[c].Name, err)
+		}
+		rows[2500].Values = scaleValues(2500, 3)
 	}
 }
