@@ -97,6 +97,7 @@ func KafkaOptions(opts ...kgo.Opt) EngineOption {
 
 // tableRun is the per-table state of the engine.
 type tableRun struct {
+	points     *datafile.FileCache // data files kept open for stored-row reads
 	cfg        TableConfig
 	pattern    *regexp.Regexp
 	store      storage.Storage
@@ -253,7 +254,17 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if MergeMode(tc.WriteMode) == MergeOnRead {
 		fileOpts = MergeOnReadFileOptions()
 	}
-	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(t.store, l, fileOpts...) }
+	// One cache of open data files per table, shared by the layouts it
+	// goes through: files do not change with the schema.
+	t.points = datafile.NewFileCache(pointFilesOpen)
+	newFiles := func(l *Layout) (RowFiles, error) {
+		rf, err := NewParquetRowFiles(t.store, l, fileOpts...)
+		if err != nil {
+			return nil, err
+		}
+		rf.points = t.points
+		return rf, nil
+	}
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
@@ -431,6 +442,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	defer func() {
+		for _, t := range e.tables {
+			t.points.Close()
+		}
+	}()
 	cl, err := kgo.NewClient(e.kafkaOptions()...)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)

@@ -28,7 +28,13 @@ type ParquetRowFiles struct {
 	file    datafile.Layout
 	arrow   *arrow.Schema
 	options []datafile.WriteOption
+	points  *datafile.FileCache // files kept open for stored-row reads (nil: none)
 }
+
+// pointFilesOpen bounds the data files a table keeps open for stored-row
+// reads (datafile.FileCache): a merge-on-read table's batches read a few
+// rows of each of its live files, which folding keeps to about a hundred.
+const pointFilesOpen = 128
 
 // MergeOnReadRowGroupRows is the Parquet row group size of the data files
 // a merge-on-read table's engine writes. Merge-on-read reads stored rows
@@ -214,7 +220,7 @@ func (p *ParquetRowFiles) readRowsAtPages(ctx context.Context, add *delta.Add, r
 			perColumn[c][k] = rows[i]
 		}
 	}
-	cols, err := datafile.ReadColumnsAt(ctx, p.store, p.file, add, perColumn)
+	cols, err := p.points.ReadColumnsAt(ctx, p.store, p.file, add, perColumn)
 	if err != nil {
 		return nil, err
 	}

@@ -386,11 +386,13 @@ func BenchmarkReadColumns(b *testing.B) {
 	report(b, benchRows, cpu0)
 }
 
-// BenchmarkReadValuesAt reads 1% of a 100k-row file's rows (random,
-// ascending), as a merge-on-read batch's deletes ask, from files in
+// BenchmarkReadValuesAt reads 1% and 0.05% of a 100k-row file's rows
+// (random, ascending), as a merge-on-read batch's deletes ask, from files in
 // merge-on-read's shape (8192-row groups, 32 KiB Snappy pages): PLAIN
 // through the direct page reader and through parquet-go's page path, and
-// the DELTA_LENGTH_BYTE_ARRAY file such tables had before (parquet-go):
+// the DELTA_LENGTH_BYTE_ARRAY file such tables had before (parquet-go);
+// cached keeps the file open with its footer and offset indexes parsed
+// (FileCache), as the engine does:
 //
 //	go test ./delta/datafile -run XXX -bench ReadValuesAt -count 6
 func BenchmarkReadValuesAt(b *testing.B) {
@@ -408,27 +410,40 @@ func BenchmarkReadValuesAt(b *testing.B) {
 		b.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
-	var at []int64
-	for i := int64(0); i < n; i++ {
-		if rng.IntN(100) == 0 {
-			at = append(at, i)
-		}
-	}
-	for _, c := range []struct {
-		name   string
-		add    *delta.Add
-		direct bool
-	}{{"plain-direct", plain, true}, {"plain-parquet-go", plain, false}, {"delta-length-parquet-go", deltaLength, false}} {
-		b.Run(c.name, func(b *testing.B) {
-			directPages = c.direct
-			defer func() { directPages = true }()
-			for i := 0; i < b.N; i++ {
-				got, err := ReadValuesAt(ctx, st, l, c.add, at)
-				if err != nil || len(got[0]) != len(at) {
-					b.Fatalf("%d rows, err %v", len(got), err)
-				}
+	// 1%: rows share pages; 0.05%: about one row per page, as a batch's
+	// stored rows spread over a large table.
+	for _, density := range []struct {
+		name string
+		one  int
+	}{{"1pct", 100}, {"0.05pct", 2000}} {
+		var at []int64
+		for i := int64(0); i < n; i++ {
+			if rng.IntN(density.one) == 0 {
+				at = append(at, i)
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
-		})
+		}
+		perColumn := make([][]int64, len(l.Schema.Fields))
+		for c := range perColumn {
+			perColumn[c] = at
+		}
+		for _, c := range []struct {
+			name   string
+			add    *delta.Add
+			direct bool
+			cache  *FileCache
+		}{{"plain-direct", plain, true, nil}, {"plain-direct-cached", plain, true, NewFileCache(4)}, {"plain-parquet-go", plain, false, nil}, {"delta-length-parquet-go", deltaLength, false, nil}} {
+			b.Run(density.name+"/"+c.name, func(b *testing.B) {
+				directPages = c.direct
+				defer func() { directPages = true }()
+				defer c.cache.Close()
+				for i := 0; i < b.N; i++ {
+					got, err := c.cache.ReadColumnsAt(ctx, st, l, c.add, perColumn)
+					if err != nil || len(got[0]) != len(at) {
+						b.Fatalf("%d rows, err %v", len(got), err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
+			})
+		}
 	}
 }

@@ -52,6 +52,12 @@ func ReadValuesAt(ctx context.Context, st storage.Storage, l Layout, add *delta.
 // (nil for a column no row is wanted of). A point read that needs one
 // column of a row (a TOASTed value) reads that column's page only.
 func ReadColumnsAt(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows [][]int64) ([][]schema.Value, error) {
+	return readColumnsAt(ctx, st, l, add, rows, nil)
+}
+
+// readColumnsAt is ReadColumnsAt with the file opened through cache
+// (nil: opened and closed here).
+func readColumnsAt(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, rows [][]int64, cache *FileCache) ([][]schema.Value, error) {
 	if len(l.PartitionColumns) > 0 || l.Mapping == MappingID {
 		return nil, fmt.Errorf("%w: partition columns or column mapping by id", ErrNoPointRead)
 	}
@@ -73,17 +79,11 @@ func ReadColumnsAt(ctx context.Context, st storage.Storage, l Layout, add *delta
 	if err != nil {
 		return nil, err
 	}
-	f, err := storage.Open(ctx, st, p)
+	pf, f, release, err := cache.open(ctx, st, p)
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
 	}
-	defer f.Close()
-	// The page index is read per column chunk used (readChunkAt), not
-	// for the whole file at open: a few rows need a few chunks' indexes.
-	pf, err := pq.OpenFile(f, f.Size(), pq.SkipPageIndex(true), pq.SkipBloomFilters(true))
-	if err != nil {
-		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
-	}
+	defer release()
 	cols, err := l.pointColumns(pf)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,112 @@
+package datafile
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// countingFiles is local storage that counts the files it opens for
+// reading in parts and the closes of those files.
+type countingFiles struct {
+	*storage.Local
+	opens, closes atomic.Int64
+}
+
+type countedFile struct {
+	storage.File
+	c *countingFiles
+}
+
+func (f countedFile) Close() error {
+	f.c.closes.Add(1)
+	return f.File.Close()
+}
+
+func (c *countingFiles) Open(ctx context.Context, p string) (storage.File, error) {
+	f, err := c.Local.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c.opens.Add(1)
+	return countedFile{f, c}, nil
+}
+
+// onlyWhole is storage without RangeReader: Open reads whole files.
+type onlyWhole struct{ storage.Storage }
+
+// TestFileCache: reads through the cache give what uncached reads give;
+// a file is opened once for many reads, the least recently used is closed
+// past the bound, Close closes the rest, and storage that cannot read in
+// parts is never cached.
+func TestFileCache(t *testing.T) {
+	ctx := context.Background()
+	st := &countingFiles{Local: storage.NewLocal(t.TempDir())}
+	l := flatLayout()
+	var adds []*delta.Add
+	for range 3 {
+		add, err := Write(ctx, st, l, flatRecord(t, l, 5000), nil, PlainValues(), Compression(Snappy), PageBytes(2048), RowGroupRows(2000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, add)
+	}
+	rows := sampleRows(5000, 4)
+	perColumn := make([][]int64, len(l.Schema.Fields))
+	for c := range perColumn {
+		perColumn[c] = rows
+	}
+	c := NewFileCache(2)
+	for round := range 3 {
+		for _, add := range adds[:2] {
+			want, err := ReadColumnsAt(ctx, st, l, add, perColumn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.ReadColumnsAt(ctx, st, l, add, perColumn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, %s: cached read differs", round, add.Path)
+			}
+		}
+	}
+	// 6 uncached reads and 2 cached files: 8 opens, the 6 uncached closed.
+	if o, cl := st.opens.Load(), st.closes.Load(); o != 8 || cl != 6 || c.Len() != 2 {
+		t.Fatalf("%d opens, %d closes, %d cached; want 8, 6, 2", o, cl, c.Len())
+	}
+	if _, err := c.ReadColumnsAt(ctx, st, l, adds[2], perColumn); err != nil {
+		t.Fatal(err)
+	}
+	if o, cl := st.opens.Load(), st.closes.Load(); o != 9 || cl != 7 || c.Len() != 2 {
+		t.Fatalf("a third file past a bound of 2: %d opens, %d closes, %d cached; want 9, 7, 2", o, cl, c.Len())
+	}
+	var wg sync.WaitGroup
+	for _, add := range adds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.ReadColumnsAt(ctx, st, l, add, perColumn); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	c.Close()
+	if o, cl := st.opens.Load(), st.closes.Load(); o != cl || c.Len() != 0 {
+		t.Fatalf("after Close: %d opens, %d closes, %d cached", o, cl, c.Len())
+	}
+	whole := NewFileCache(2)
+	if _, err := whole.ReadColumnsAt(ctx, onlyWhole{st.Local}, l, adds[0], perColumn); err != nil {
+		t.Fatal(err)
+	}
+	if whole.Len() != 0 {
+		t.Fatal("a file read whole was cached")
+	}
+}
