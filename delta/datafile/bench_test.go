@@ -344,6 +344,12 @@ func encodePqarrow(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		parquet.WithCreatedBy("cdcapply"),
 		parquet.WithMaxRowGroupLength(o.rowGroup),
 	)
+	return arrowGoFile(rec, props)
+}
+
+// arrowGoFile writes rec as a Parquet file with arrow-go's pqarrow writer
+// and props: another writer's file, for the readers' tests.
+func arrowGoFile(rec arrow.RecordBatch, props *parquet.WriterProperties) ([]byte, error) {
 	var buf bytes.Buffer
 	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
 	if err != nil {

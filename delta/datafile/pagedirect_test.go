@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -219,23 +218,16 @@ func TestReadValuesAtDirectOtherWriter(t *testing.T) {
 	props := parquet.NewWriterProperties(parquet.WithDataPageVersion(parquet.DataPageV2), parquet.WithDataPageSize(300),
 		parquet.WithMaxRowGroupLength(2500), parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false),
 		parquet.WithDictionaryFor("dict", true), parquet.WithEncoding(parquet.Encodings.Plain), parquet.WithStats(true), parquet.WithPageIndexEnabled(true))
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
+	data, err := arrowGoFile(rec, props)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	st := storage.NewLocal(t.TempDir())
-	if err := st.Write(ctx, "other.parquet", buf.Bytes()); err != nil {
+	if err := st.Write(ctx, "other.parquet", data); err != nil {
 		t.Fatal(err)
 	}
-	add := &delta.Add{Path: "other.parquet", Size: int64(buf.Len())}
+	add := &delta.Add{Path: "other.parquet", Size: int64(len(data))}
 	rows := sampleRows(n, 3)
 	got, served := readBothWays(t, st, l, add, rows)
 	// id, s and o in 3 row groups; dict is declined.

@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -69,18 +68,11 @@ func TestReadValuesAtWithoutOffsetIndex(t *testing.T) {
 	}
 	rec := b.NewRecordBatch()
 	props := parquet.NewWriterProperties(parquet.WithDataPageSize(256), parquet.WithMaxRowGroupLength(2000), parquet.WithDictionaryDefault(false))
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties())
+	data, err := arrowGoFile(rec, props)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	pf, err := pq.OpenFile(bytes.NewReader(buf.Bytes()), int64(buf.Len()), pq.SkipPageIndex(true))
+	pf, err := pq.OpenFile(bytes.NewReader(data), int64(len(data)), pq.SkipPageIndex(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +80,10 @@ func TestReadValuesAtWithoutOffsetIndex(t *testing.T) {
 	if _, err := cc.OffsetIndex(); !errors.Is(err, pq.ErrMissingOffsetIndex) {
 		t.Fatalf("the file has an offset index (%v): this test would not cover the scan", err)
 	}
-	if err := st.Write(ctx, "old.parquet", buf.Bytes()); err != nil {
+	if err := st.Write(ctx, "old.parquet", data); err != nil {
 		t.Fatal(err)
 	}
-	add := &delta.Add{Path: "old.parquet", Size: int64(buf.Len())}
+	add := &delta.Add{Path: "old.parquet", Size: int64(len(data))}
 	at := []int64{0, 1, 6, 7, 1999, 2000, 2001, 3500, 4998, 4999}
 	got, err := ReadValuesAt(ctx, st, l, add, at)
 	if err != nil {
