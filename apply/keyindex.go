@@ -21,7 +21,7 @@ import (
 // It is laid out for memory, not for convenience: a Go map[string]struct
 // costs ~175 bytes per key (BenchmarkKeyIndex), too much for tens of
 // millions of keys. Here the key and sequence bytes of every entry sit in
-// one arena, the entries in one slice of 16-byte records, and an
+// one arena, the entries in chunks of 16-byte records (entryTable), and an
 // open-addressing table of 8-byte slots (linear probing, load at most 3/4)
 // finds an entry by the key's hash. A slot keeps 32 bits of the key's hash
 // beside the entry index, so a probe that lands on another key's slot is
@@ -36,7 +36,7 @@ type KeyIndex struct {
 	// slots hold, low half, entry index + 1 (0: empty) and, high half,
 	// the top 32 bits of the key's hash; len is a power of two.
 	slots   []uint64
-	entries []indexEntry
+	entries entryTable
 	// arena holds, per entry, uvarint(len key) key uvarint(len seq) seq.
 	arena []byte
 	// garbage counts arena bytes no entry points at any more (a sequence
@@ -148,7 +148,7 @@ func (ix *KeyIndex) addFile(a *delta.Add) fileID {
 }
 
 // Len returns the number of keys, tombstones included.
-func (ix *KeyIndex) Len() int { return len(ix.entries) }
+func (ix *KeyIndex) Len() int { return ix.entries.n }
 
 // reserve sizes the slot table for n keys without regrowing.
 func (ix *KeyIndex) reserve(n int) {
@@ -159,9 +159,7 @@ func (ix *KeyIndex) reserve(n int) {
 	if size != len(ix.slots) {
 		ix.rehash(size)
 	}
-	if cap(ix.entries) < n {
-		ix.growEntries(n)
-	}
+	ix.entries.reserve(n)
 }
 
 // makeBig allocates a slice of n zeroed elements (capacity c) advised onto
@@ -188,12 +186,68 @@ func grown(c, big int) int {
 	return c + c/4
 }
 
-// growEntries makes room for at least n entries.
-func (ix *KeyIndex) growEntries(n int) {
-	c := max(n, grown(cap(ix.entries), 1<<20), 1024)
-	e := makeBig[indexEntry](len(ix.entries), c)
-	copy(e, ix.entries)
-	ix.entries = e
+// entryTable holds the index's entries: a first chunk that grows by
+// doubling up to entryChunk entries, then chunks of entryChunk entries
+// allocated whole. Appending never copies more than the first chunk, so
+// no insert pays for copying a large index (at 10M keys a one-slice
+// table's growth copied 160 MB inside one batch, and held both copies
+// while it did).
+type entryTable struct {
+	chunks [][]indexEntry
+	n      int
+}
+
+const (
+	entryChunkShift = 20
+	entryChunk      = 1 << entryChunkShift // 16 MiB of entries
+)
+
+func (t *entryTable) at(i int) *indexEntry {
+	return &t.chunks[i>>entryChunkShift][i&(entryChunk-1)]
+}
+
+func (t *entryTable) append(e indexEntry) {
+	k := t.n >> entryChunkShift
+	if k == len(t.chunks) {
+		c := entryChunk
+		if k == 0 {
+			c = 1024
+		}
+		t.chunks = append(t.chunks, makeBig[indexEntry](0, c))
+	}
+	ch := &t.chunks[k]
+	if len(*ch) == cap(*ch) { // only the first chunk is ever short
+		grown := makeBig[indexEntry](len(*ch), min(2*cap(*ch), entryChunk))
+		copy(grown, *ch)
+		*ch = grown
+	}
+	*ch = append(*ch, e)
+	t.n++
+}
+
+// reserve makes room for n entries in all.
+func (t *entryTable) reserve(n int) {
+	if n <= t.n {
+		return
+	}
+	if len(t.chunks) == 0 {
+		t.chunks = append(t.chunks, makeBig[indexEntry](0, min(max(n, 1024), entryChunk)))
+	} else if first := &t.chunks[0]; cap(*first) < entryChunk && cap(*first) < n {
+		grown := makeBig[indexEntry](len(*first), min(n, entryChunk))
+		copy(grown, *first)
+		*first = grown
+	}
+	for len(t.chunks)*entryChunk < n {
+		t.chunks = append(t.chunks, makeBig[indexEntry](0, entryChunk))
+	}
+}
+
+// capacity is how many entries fit without allocating.
+func (t *entryTable) capacity() int {
+	if len(t.chunks) == 0 {
+		return 0
+	}
+	return (len(t.chunks)-1)*entryChunk + cap(t.chunks[len(t.chunks)-1])
 }
 
 // growArena makes room for extra more arena bytes.
@@ -210,7 +264,7 @@ func slot(i int, h uint64) uint64 { return h&^0xffffffff | uint64(i+1) }
 func (ix *KeyIndex) rehash(size int) {
 	ix.slots = makeBig[uint64](size, size)
 	mask := uint64(size - 1)
-	for i := range ix.entries {
+	for i := range ix.entries.n {
 		hash := maphash.Bytes(ix.seed, ix.keyBytes(i))
 		h := hash & mask
 		for ix.slots[h] != 0 {
@@ -243,7 +297,7 @@ func (ix *KeyIndex) find(key string) (int, bool) {
 
 // record returns the key and sequence bytes of entry i (arena aliases).
 func (ix *KeyIndex) record(i int) (key, seq []byte) {
-	off := ix.entries[i].off &^ deletedBit
+	off := ix.entries.at(i).off &^ deletedBit
 	kl, n := binary.Uvarint(ix.arena[off:])
 	off += uint64(n)
 	key = ix.arena[off : off+kl : off+kl]
@@ -261,7 +315,7 @@ func (ix *KeyIndex) keyBytes(i int) []byte {
 // state decodes entry i.
 func (ix *KeyIndex) state(i int) entryState {
 	_, seq := ix.record(i)
-	e := ix.entries[i]
+	e := ix.entries.at(i)
 	return entryState{seq: seq, deleted: e.off&deletedBit != 0, file: e.file, row: int64(e.row)}
 }
 
@@ -307,8 +361,8 @@ func packEntry(off uint64, deleted bool, file fileID, pos int64) (indexEntry, er
 
 // insert adds a key the index does not hold.
 func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, pos int64) error {
-	if len(ix.entries) >= math.MaxUint32-1 {
-		return fmt.Errorf("key index holds %d keys, its limit", len(ix.entries))
+	if ix.entries.n >= math.MaxUint32-1 {
+		return fmt.Errorf("key index holds %d keys, its limit", ix.entries.n)
 	}
 	off, err := ix.appendRecord(key, seq)
 	if err != nil {
@@ -318,11 +372,8 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 	if err != nil {
 		return fmt.Errorf("key %s: %w", ix.renderKey(key), err)
 	}
-	if len(ix.entries) == cap(ix.entries) {
-		ix.growEntries(len(ix.entries) + 1)
-	}
-	ix.entries = append(ix.entries, e)
-	if len(ix.entries) > len(ix.slots)*3/4 {
+	ix.entries.append(e)
+	if ix.entries.n > len(ix.slots)*3/4 {
 		ix.rehash(len(ix.slots) * 2)
 		return nil
 	}
@@ -332,7 +383,7 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 	for ix.slots[h] != 0 {
 		h = (h + 1) & mask
 	}
-	ix.slots[h] = slot(len(ix.entries)-1, hash)
+	ix.slots[h] = slot(ix.entries.n-1, hash)
 	return nil
 }
 
@@ -342,7 +393,7 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 // compacted once more than half of it is garbage.
 func (ix *KeyIndex) set(i int, seq []byte, deleted bool, file fileID, pos int64) error {
 	key, old := ix.record(i)
-	off := ix.entries[i].off &^ deletedBit
+	off := ix.entries.at(i).off &^ deletedBit
 	if len(old) == len(seq) {
 		copy(old, seq)
 	} else {
@@ -356,7 +407,7 @@ func (ix *KeyIndex) set(i int, seq []byte, deleted bool, file fileID, pos int64)
 	if err != nil {
 		return fmt.Errorf("key %s: %w", ix.renderKey(string(key)), err)
 	}
-	ix.entries[i] = e
+	*ix.entries.at(i) = e
 	if ix.garbage > 1<<20 && ix.garbage > len(ix.arena)/2 {
 		ix.compact()
 	}
@@ -371,14 +422,15 @@ func recordLen(k, s int) int {
 // compact copies the live records into a fresh arena.
 func (ix *KeyIndex) compact() {
 	arena := makeBig[byte](0, len(ix.arena)-ix.garbage)
-	for i := range ix.entries {
+	for i := range ix.entries.n {
 		key, seq := ix.record(i)
 		off := uint64(len(arena))
 		arena = binary.AppendUvarint(arena, uint64(len(key)))
 		arena = append(arena, key...)
 		arena = binary.AppendUvarint(arena, uint64(len(seq)))
 		arena = append(arena, seq...)
-		ix.entries[i].off = off | ix.entries[i].off&deletedBit
+		e := ix.entries.at(i)
+		e.off = off | e.off&deletedBit
 	}
 	ix.arena, ix.garbage = arena, 0
 }

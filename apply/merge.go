@@ -450,7 +450,7 @@ func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fil
 		for j := range changed {
 			if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
 				changed[j].stored = true
-				want[i] = append(want[i], wanted{int64(ix.entries[changed[j].entry].row), cols})
+				want[i] = append(want[i], wanted{int64(ix.entries.at(changed[j].entry).row), cols})
 			}
 		}
 		if len(want[i]) > 0 {
@@ -612,7 +612,7 @@ func (ix *KeyIndex) Apply(p *Plan) error {
 func (ix *KeyIndex) PlanTruncate(ctx context.Context, rf RowFiles, seq []byte, sourceTsMicros, appliedMicros int64) (*Plan, error) {
 	p := newPlan()
 	touched := map[fileID]bool{}
-	for i := range ix.entries {
+	for i := range ix.entries.n {
 		e := ix.state(i)
 		if !e.deleted && bytes.Compare(e.seq, seq) < 0 {
 			touched[e.file] = true

@@ -466,7 +466,7 @@ func TestMergeOnReadChecksStoredRowKey(t *testing.T) {
 	if !ok {
 		t.Fatal("key 2 not in the index")
 	}
-	a.index.entries[at].row = 3 // key 3's row
+	a.index.entries.at(at).row = 3 // key 3's row
 	_, err := a.Apply(ctx, &Batch{Changes: []*Change{del}, Read: 1, Ranges: rng(5, 6)})
 	if err == nil || !strings.Contains(err.Error(), "lacks key") {
 		t.Fatalf("delete with a wrong index entry: err %v, want the file to lack the key", err)
