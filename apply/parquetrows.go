@@ -58,10 +58,12 @@ const MergeOnReadRowGroupRows = 8192
 const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadCodec is the compression of a merge-on-read table's data
-// files. Every stored row read decompresses a page per column, so at 1M
-// keys a batch decompresses tens of MB: Snappy (Spark's and delta-rs's
-// default) decodes several times faster than zstd, for files about half
-// again as large (bench/README.md, session 5).
+// files. Every stored value read decompresses its page, so at 1M keys a
+// batch decompresses tens of MB: Snappy (Spark's and delta-rs's default)
+// decodes several times faster than zstd, for files about half again as
+// large (bench/README.md, session 5), and it is a codec the direct page
+// reader takes (datafile's pagedirect.go; zstd pages go through
+// parquet-go).
 const MergeOnReadCodec = datafile.Snappy
 
 // MergeOnReadFileOptions are the write options of a merge-on-read table's
