@@ -254,15 +254,17 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if MergeMode(tc.WriteMode) == MergeOnRead {
 		fileOpts = MergeOnReadFileOptions()
 	}
-	// One cache of open data files per table, shared by the layouts it
-	// goes through: files do not change with the schema.
+	// One cache of open data files and one of deletion vectors per
+	// table, shared by the layouts it goes through: files do not change
+	// with the schema.
 	t.points = datafile.NewFileCache(pointFilesOpen)
+	vectors := newVectorCache()
 	newFiles := func(l *Layout) (RowFiles, error) {
 		rf, err := NewParquetRowFiles(t.store, l, fileOpts...)
 		if err != nil {
 			return nil, err
 		}
-		rf.points = t.points
+		rf.points, rf.vectors = t.points, vectors
 		return rf, nil
 	}
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)

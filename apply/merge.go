@@ -242,14 +242,29 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 			}
 		}
 		if len(dels) > 0 {
-			adds, err := rd.DeleteRows(ctx, dels)
-			if err != nil {
-				return nil, fmt.Errorf("plan batch: deletion vectors of %d files: %w", len(dels), err)
+			// The vectors and the new file are independent: the vectors
+			// are encoded and written while the rows are.
+			var adds []*delta.Add
+			var derr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				adds, derr = rd.DeleteRows(ctx, dels)
+			}()
+			add, werr := writeNew(ctx, rf, rows)
+			<-done
+			if derr != nil {
+				return nil, fmt.Errorf("plan batch: deletion vectors of %d files: %w", len(dels), derr)
+			}
+			if werr != nil {
+				return nil, werr
 			}
 			for i, id := range delIDs {
 				p.replace(id, dels[i].File, adds[i])
 			}
 			p.DeletionVectors = true
+			p.addNew(add)
+			return p, nil
 		}
 	} else {
 		for _, id := range ids {
@@ -263,15 +278,32 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows))})
 		rows = append(rows, row)
 	}
-	if len(rows) > 0 {
-		add, err := rf.WriteRows(ctx, rows)
-		if err != nil {
-			return nil, fmt.Errorf("plan batch: write new rows: %w", err)
-		}
+	add, err := writeNew(ctx, rf, rows)
+	if err != nil {
+		return nil, err
+	}
+	p.addNew(add)
+	return p, nil
+}
+
+// writeNew writes the batch's new rows as one file (nil: no rows).
+func writeNew(ctx context.Context, rf RowFiles, rows []Row) (*delta.Add, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		return nil, fmt.Errorf("plan batch: write new rows: %w", err)
+	}
+	return add, nil
+}
+
+// addNew makes add, if any, the plan's new file.
+func (p *Plan) addNew(add *delta.Add) {
+	if add != nil {
 		p.newFile = len(p.Adds)
 		p.Adds = append(p.Adds, add)
 	}
-	return p, nil
 }
 
 // Merge-on-read folding. A streaming merge-on-read table gains a small

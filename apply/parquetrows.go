@@ -29,6 +29,7 @@ type ParquetRowFiles struct {
 	arrow   *arrow.Schema
 	options []datafile.WriteOption
 	points  *datafile.FileCache // files kept open for stored-row reads (nil: none)
+	vectors *vectorCache        // decoded deletion vectors
 }
 
 // pointFilesOpen bounds the data files a table keeps open for stored-row
@@ -85,7 +86,7 @@ func NewParquetRowFiles(store storage.Storage, l *Layout, opts ...datafile.Write
 	if err != nil {
 		return nil, fmt.Errorf("open data files of %s: %w", store.Location(), err)
 	}
-	return &ParquetRowFiles{store: store, layout: l, arrow: sch, options: opts,
+	return &ParquetRowFiles{store: store, layout: l, arrow: sch, options: opts, vectors: newVectorCache(),
 		file: datafile.Layout{Schema: st, PartitionColumns: []string{}, Mapping: datafile.MappingNone, NumIndexedCols: 32}}, nil
 }
 
@@ -101,7 +102,7 @@ func (p *ParquetRowFiles) readPhysical(ctx context.Context, add *delta.Add, opts
 	if add.DeletionVector == nil {
 		return rec, nil, nil
 	}
-	bm, err := dv.Load(ctx, p.store, add.DeletionVector)
+	bm, err := p.vectors.get(ctx, p.store, add.DeletionVector)
 	if err != nil {
 		rec.Release()
 		return nil, nil, fmt.Errorf("read data file %s: %w", add.Path, err)
@@ -146,7 +147,7 @@ func (p *ParquetRowFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, 
 // them (readRowsAtGroups).
 func (p *ParquetRowFiles) ReadRowsAt(ctx context.Context, add *delta.Add, rows []int64, need [][]int) ([]Row, error) {
 	if add.DeletionVector != nil {
-		bm, err := dv.Load(ctx, p.store, add.DeletionVector)
+		bm, err := p.vectors.get(ctx, p.store, add.DeletionVector)
 		if err != nil {
 			return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
 		}
@@ -358,11 +359,12 @@ func (p *ParquetRowFiles) DeleteRows(ctx context.Context, dels []Deletion) ([]*d
 	out := make([]*delta.Add, len(dels))
 	var big []dv.Vector
 	var bigAt []int
+	bms := make([]*roaring64.Bitmap, len(dels))
 	for i, del := range dels {
 		a := del.File
 		bm := roaring64.New()
 		if a.DeletionVector != nil {
-			old, err := dv.Load(ctx, p.store, a.DeletionVector)
+			old, err := p.vectors.take(ctx, p.store, a.DeletionVector)
 			if err != nil {
 				return nil, fmt.Errorf("deletion vector of %s: %w", a.Path, err)
 			}
@@ -386,6 +388,7 @@ func (p *ParquetRowFiles) DeleteRows(ctx context.Context, dels []Deletion) ([]*d
 		if err != nil {
 			return nil, fmt.Errorf("deletion vector of %s: %w", a.Path, err)
 		}
+		bms[i] = bm
 		if v.Size() > inlineDVLimit {
 			big, bigAt = append(big, v), append(bigAt, i)
 			continue
@@ -398,6 +401,12 @@ func (p *ParquetRowFiles) DeleteRows(ctx context.Context, dels []Deletion) ([]*d
 	}
 	for k, i := range bigAt {
 		out[i] = withVector(dels[i].File, ds[k])
+	}
+	// The next batch touching these files reads the new vectors.
+	for i, a := range out {
+		if a != nil {
+			p.vectors.put(a.DeletionVector, bms[i])
+		}
 	}
 	return out, nil
 }

@@ -1,0 +1,134 @@
+package apply
+
+import (
+	"context"
+	"sync"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/dv"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// Bounds of a vectorCache: the vectors it keeps and their bytes in memory
+// (roaring's estimate). A merge-on-read table folds its files to about a
+// hundred, each with at most one current vector.
+const (
+	vectorsKept      = 1024
+	vectorsKeptBytes = 64 << 20
+)
+
+// vectorCache keeps the decoded deletion vectors of a table's files by
+// unique id (storage type, path or inline data, offset), which names
+// immutable content: a merge-on-read batch reads the vector of each file
+// it touches (ReadRowsAt's check that no stored row asked for is hidden)
+// and then replaces it (DeleteRows), whose new vector the next batch that
+// touches the file reads. Without the cache each vector was decoded from
+// storage twice per batch. Bitmaps from get are shared and only read;
+// take hands the caller a bitmap of its own to change. Safe for
+// concurrent use.
+type vectorCache struct {
+	mu    sync.Mutex
+	byID  map[string]keptVector
+	order []putID // in the order put, oldest first; some since taken or put again
+	gen   uint64
+	bytes uint64
+}
+
+type keptVector struct {
+	bm   *roaring64.Bitmap
+	size uint64
+	gen  uint64 // the put that kept it
+}
+
+type putID struct {
+	id  string
+	gen uint64
+}
+
+func newVectorCache() *vectorCache {
+	return &vectorCache{byID: map[string]keptVector{}}
+}
+
+// get returns d's bitmap, decoding it from storage when it is not kept.
+// The caller must not change it.
+func (c *vectorCache) get(ctx context.Context, st storage.Storage, d *delta.DeletionVector) (*roaring64.Bitmap, error) {
+	id := d.UniqueID()
+	c.mu.Lock()
+	k, ok := c.byID[id]
+	c.mu.Unlock()
+	if ok {
+		return k.bm, nil
+	}
+	bm, err := dv.Load(ctx, st, d)
+	if err != nil {
+		return nil, err
+	}
+	c.put(d, bm)
+	return bm, nil
+}
+
+// take returns d's bitmap for the caller to change: a kept one leaves the
+// cache (a change must not show through d's id, which may stay the
+// table's if the commit fails).
+func (c *vectorCache) take(ctx context.Context, st storage.Storage, d *delta.DeletionVector) (*roaring64.Bitmap, error) {
+	id := d.UniqueID()
+	c.mu.Lock()
+	k, ok := c.byID[id]
+	if ok {
+		c.drop(id)
+	}
+	c.mu.Unlock()
+	if ok {
+		return k.bm, nil
+	}
+	return dv.Load(ctx, st, d)
+}
+
+// drop forgets id's vector; c.mu is held.
+func (c *vectorCache) drop(id string) {
+	c.bytes -= c.byID[id].size
+	delete(c.byID, id)
+}
+
+// put keeps bm as d's bitmap; the caller no longer changes it. The oldest
+// vectors go when the cache holds more than its bounds.
+func (c *vectorCache) put(d *delta.DeletionVector, bm *roaring64.Bitmap) {
+	id := d.UniqueID()
+	n := bm.GetSizeInBytes()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[id]; ok || n > vectorsKeptBytes {
+		return
+	}
+	c.gen++
+	c.byID[id] = keptVector{bm: bm, size: n, gen: c.gen}
+	c.bytes += n
+	c.order = append(c.order, putID{id, c.gen})
+	for len(c.byID) > vectorsKept || c.bytes > vectorsKeptBytes {
+		old := c.order[0]
+		c.order = c.order[1:]
+		if k, ok := c.byID[old.id]; ok && k.gen == old.gen {
+			c.drop(old.id)
+		}
+	}
+	// Entries of vectors since taken or put again linger in order;
+	// compact it once they are most of it.
+	if len(c.order) > 2*vectorsKept && len(c.order) > 2*len(c.byID) {
+		kept := make([]putID, 0, len(c.byID))
+		for _, o := range c.order {
+			if k, ok := c.byID[o.id]; ok && k.gen == o.gen {
+				kept = append(kept, o)
+			}
+		}
+		c.order = kept
+	}
+}
+
+// len is the number of vectors kept.
+func (c *vectorCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID)
+}

@@ -1,0 +1,156 @@
+package apply
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/dv"
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// vectorReads counts the reads of deletion vector files.
+type vectorReads struct {
+	storage.Storage
+	n atomic.Int64
+}
+
+func (v *vectorReads) count(p string) {
+	if strings.Contains(p, "deletion_vector_") {
+		v.n.Add(1)
+	}
+}
+
+func (v *vectorReads) Read(ctx context.Context, p string) ([]byte, error) {
+	v.count(p)
+	return v.Storage.Read(ctx, p)
+}
+
+func (v *vectorReads) Open(ctx context.Context, p string) (storage.File, error) {
+	v.count(p)
+	return v.Storage.(storage.RangeReader).Open(ctx, p)
+}
+
+func vectorRows(t *testing.T, st storage.Storage, a *delta.Add) []uint64 {
+	t.Helper()
+	bm, err := dv.Load(context.Background(), st, a.DeletionVector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bm.ToArray()
+}
+
+// TestVectorCache: a deletion vector DeleteRows writes is kept decoded,
+// so the next stored-row read and vector update of its file read no
+// vector from storage; an update whose commit failed leaves the vector
+// it started from as it was (a retry from the same file builds on it, not
+// on the failed update); a reader without the cache reads the file.
+func TestVectorCache(t *testing.T) {
+	ctx := context.Background()
+	defer func(n int) { inlineDVLimit = n }(inlineDVLimit)
+	inlineDVLimit = 0 // every vector in a file
+	st := &vectorReads{Storage: storage.NewLocal(t.TempDir())}
+	rf, err := NewParquetRowFiles(st, allFlatTypes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]Row, 100)
+	for i := range rows {
+		rows[i] = allFlatRow(i)
+	}
+	add0, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(a *delta.Add, hide ...int64) *delta.Add {
+		t.Helper()
+		out, err := rf.DeleteRows(ctx, []Deletion{{File: a, Rows: hide}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	reads := func(want int64) {
+		t.Helper()
+		if got := st.n.Load(); got != want {
+			t.Fatalf("%d deletion vector reads, want %d", got, want)
+		}
+	}
+	add1 := del(add0, 1, 2, 3)
+	reads(0)
+	if _, err := rf.ReadRowsAt(ctx, add1, []int64{5, 6}, nil); err != nil {
+		t.Fatal(err)
+	}
+	reads(0)
+	if _, err := rf.ReadRowsAt(ctx, add1, []int64{2}, nil); err == nil || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("reading a hidden row through the kept vector: %v", err)
+	}
+	add2 := del(add1, 7)
+	reads(0)
+	// add2's commit failed: the batch is retried from add1.
+	add2b := del(add1, 9)
+	reads(1)
+	if got, want := vectorRows(t, st, add2), []uint64{1, 2, 3, 7}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first update hides %v, want %v", got, want)
+	}
+	if got, want := vectorRows(t, st, add2b), []uint64{1, 2, 3, 9}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("retried update hides %v, want %v", got, want)
+	}
+	n := st.n.Load()
+	live, err := rf.ReadRows(ctx, add2b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads(n)
+	if len(live) != 96 {
+		t.Fatalf("%d live rows, want 96", len(live))
+	}
+	fresh, err := NewParquetRowFiles(st, allFlatTypes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.ReadRowsAt(ctx, add2b, []int64{5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	reads(n + 1)
+}
+
+// TestVectorCacheBounds: the cache keeps at most vectorsKept vectors, the
+// newest, and its record of put order stays bounded under take and put.
+func TestVectorCacheBounds(t *testing.T) {
+	c := newVectorCache()
+	desc := func(i int) *delta.DeletionVector {
+		return &delta.DeletionVector{StorageType: "u", PathOrInlineDv: string(rune('a'+i%26)) + strings.Repeat("x", i/26), SizeInBytes: 1}
+	}
+	for i := range vectorsKept + 100 {
+		bm := roaring64.New()
+		bm.Add(uint64(i))
+		c.put(desc(i), bm)
+	}
+	if c.len() != vectorsKept {
+		t.Fatalf("%d vectors kept, want %d", c.len(), vectorsKept)
+	}
+	if _, ok := c.byID[desc(0).UniqueID()]; ok {
+		t.Fatal("the oldest vector is still kept")
+	}
+	if k, ok := c.byID[desc(vectorsKept+99).UniqueID()]; !ok || !k.bm.Contains(uint64(vectorsKept+99)) {
+		t.Fatal("the newest vector is not kept")
+	}
+	ctx := context.Background()
+	for i := range 10 * vectorsKept {
+		d := desc(vectorsKept + 99 - i%vectorsKept)
+		bm, err := c.take(ctx, nil, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.put(d, bm)
+	}
+	if c.len() != vectorsKept || len(c.order) > 2*vectorsKept+1 {
+		t.Fatalf("after take and put: %d kept, %d ids in order", c.len(), len(c.order))
+	}
+}
