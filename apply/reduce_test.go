@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/schema"
@@ -224,5 +226,44 @@ func TestReduceMatchesSequentialTruth(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReduceShards: a batch large enough to be reduced on several
+// goroutines (shards by key hash, merged by key) reduces exactly as on
+// one: same keys in the same order, same winners, fills and changes.
+func TestReduceShards(t *testing.T) {
+	for _, procs := range []int{2, 3, 4} {
+		t.Run(fmt.Sprint(procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			rng := rand.New(rand.NewPCG(uint64(procs), 11))
+			batch := make([]*Change, 0, 5*reduceShardMin)
+			for i := range cap(batch) {
+				k := rng.IntN(3000)
+				status, toast := str(fmt.Sprintf("s%d", i)), str(fmt.Sprintf("t%d", i))
+				if rng.IntN(3) == 0 {
+					toast = una
+				}
+				del := rng.IntN(10) == 0
+				if del {
+					status, toast = una, una
+				}
+				batch = append(batch, chg(fmt.Sprint(k), uint64(1+rng.IntN(100_000)), int64(i), del, schema.Int(int64(k)), status, toast))
+				if rng.IntN(20) == 0 { // a replay
+					batch = append(batch, batch[rng.IntN(len(batch))])
+				}
+			}
+			rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+			want := reduceShard(batch)
+			got := Reduce(batch)
+			if len(got) != len(want) {
+				t.Fatalf("%d keys, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Fatalf("key %d: %s won by %v, want %s won by %v", i, got[i].Winner.Key, got[i].Winner.Seq, want[i].Winner.Key, want[i].Winner.Seq)
+				}
+			}
+		})
 	}
 }
