@@ -100,6 +100,18 @@ type Counts struct {
 	AppliedRecords, StaleRecords int
 }
 
+// add adds o's counts to c's.
+func (c *Counts) add(o Counts) {
+	c.Stale += o.Stale
+	c.Insert += o.Insert
+	c.Update += o.Update
+	c.Delete += o.Delete
+	c.Revive += o.Revive
+	c.Unresolved += o.Unresolved
+	c.AppliedRecords += o.AppliedRecords
+	c.StaleRecords += o.StaleRecords
+}
+
 // Plan is the effect of one batch on a table: files to remove, files to
 // add and the index changes to make once the commit lands.
 type Plan struct {
@@ -172,13 +184,10 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 	p := newPlan()
 	byFile := map[fileID][]changedKey{}
 	var fresh []*Reduced
+	found := ix.lookupAll(reduced)
 	for i := range reduced {
 		r := &reduced[i]
-		at, ok := ix.find(r.Winner.Key)
-		var e entryState
-		if ok {
-			e = ix.state(at)
-		}
+		at, ok, e := found[i].at, found[i].ok, found[i].e
 		switch {
 		case ok && bytes.Compare(r.Winner.Seq, e.seq) <= 0:
 			p.Counts.Stale++
@@ -200,18 +209,22 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if !ok {
 			return nil, fmt.Errorf("plan batch: merge-on-read needs data files that take deletion vectors")
 		}
-		stored, err := ix.readStored(ctx, ids, byFile, rd)
+		planned, err := ix.planFiles(ctx, ids, byFile, rd, appliedMicros)
 		if err != nil {
 			return nil, err
 		}
 		hide := map[fileID][]int64{}
 		for i, id := range ids {
-			var positions []int64
-			if rows, positions, err = ix.planDeletes(id, byFile[id], stored[i], rows, appliedMicros, p); err != nil {
-				return nil, err
+			fp := &planned[i]
+			base := int64(len(rows))
+			rows = append(rows, fp.rows...)
+			for _, pe := range fp.pending {
+				pe.row += base
+				p.pending = append(p.pending, pe)
 			}
-			if len(positions) > 0 {
-				hide[id] = positions
+			p.Counts.add(fp.counts)
+			if len(fp.positions) > 0 {
+				hide[id] = fp.positions
 			}
 		}
 		for _, r := range fresh {
@@ -465,63 +478,83 @@ func (ix *KeyIndex) planRewrite(ctx context.Context, id fileID, changed []change
 	return nil
 }
 
-// readStored reads, for each file of ids, the stored rows its changes
-// need (a column left unavailable, a delete) by physical index, on up to
-// GOMAXPROCS goroutines: decoding row groups is most of a merge-on-read
-// batch's time when many changes need stored values, and files are
-// independent. The index is only read here, before any goroutine starts.
-func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fileID][]changedKey, rd RowDeleter) ([]map[int64]*Row, error) {
-	type wanted struct {
-		row  int64
-		cols []int // the winner's unavailable columns
-	}
-	want := make([][]wanted, len(ids))
-	var jobs []int
-	for i, id := range ids {
-		changed := byFile[id]
-		for j := range changed {
-			if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
-				changed[j].stored = true
-				want[i] = append(want[i], wanted{int64(ix.entries.at(changed[j].entry).row), cols})
+// lookedUp is a reduced key's index entry, if the index holds the key.
+type lookedUp struct {
+	at int
+	ok bool
+	e  entryState
+}
+
+// lookupMin is the fewest keys per goroutine lookupAll splits a batch
+// into.
+const lookupMin = 4096
+
+// lookupAll finds each reduced key's entry, on up to GOMAXPROCS
+// goroutines for a large batch: a lookup in a large index is mostly a
+// cache miss, and the index is only read while a batch is planned.
+func (ix *KeyIndex) lookupAll(reduced []Reduced) []lookedUp {
+	out := make([]lookedUp, len(reduced))
+	part := func(from, to int) {
+		for i := from; i < to; i++ {
+			at, ok := ix.find(reduced[i].Winner.Key)
+			out[i] = lookedUp{at: at, ok: ok}
+			if ok {
+				out[i].e = ix.state(at)
 			}
 		}
-		if len(want[i]) > 0 {
-			slices.SortFunc(want[i], func(a, b wanted) int { return cmp.Compare(a.row, b.row) })
-			jobs = append(jobs, i)
-		}
 	}
-	out := make([]map[int64]*Row, len(ids))
+	n := min(runtime.GOMAXPROCS(0), len(reduced)/lookupMin)
+	if n < 2 {
+		part(0, len(reduced))
+		return out
+	}
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() { part(w*len(reduced)/n, (w+1)*len(reduced)/n) })
+	}
+	wg.Wait()
+	return out
+}
+
+// filePlan is what a merge-on-read batch does to one of the files it
+// touches: the new rows of its changed keys, their pending index entries
+// (rows numbered from 0 within rows), the old rows' positions for the
+// file's deletion vector and the counts.
+type filePlan struct {
+	rows      []Row
+	pending   []pendingEntry
+	positions []int64
+	counts    Counts
+}
+
+// planFiles plans each file of ids on up to GOMAXPROCS goroutines: reads
+// the stored rows its changes need (readStored), then resolves its
+// changes (planDeletes), on the goroutine that read them. Decoding pages
+// is most of a merge-on-read batch's time when many changes need stored
+// values, and files are independent. The index and the file list are
+// only read while a batch is planned.
+func (ix *KeyIndex) planFiles(ctx context.Context, ids []fileID, byFile map[fileID][]changedKey, rd RowDeleter, appliedMicros int64) ([]filePlan, error) {
+	out := make([]filePlan, len(ids))
 	errs := make([]error, len(ids))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range min(runtime.GOMAXPROCS(0), len(ids)) {
+		wg.Go(func() {
 			for i := range next {
-				rows, need := make([]int64, len(want[i])), make([][]int, len(want[i]))
-				for k, w := range want[i] {
-					rows[k], need[k] = w.row, w.cols
+				stored, err := ix.readStored(ctx, ids[i], byFile[ids[i]], rd)
+				if err == nil {
+					err = ix.planDeletes(ids[i], byFile[ids[i]], stored, appliedMicros, &out[i])
 				}
-				fileRows, err := rd.ReadRowsAt(ctx, ix.files[ids[i]], rows, need)
-				if err != nil {
-					errs[i] = fmt.Errorf("plan batch: %w", err)
-					continue
-				}
-				m := make(map[int64]*Row, len(fileRows))
-				for j := range fileRows {
-					m[fileRows[j].Pos] = &fileRows[j]
-				}
-				out[i] = m
+				errs[i] = err
 			}
-		}()
+		})
 	}
-	for _, i := range jobs {
+	for i := range ids {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	for _, i := range jobs {
+	for i := range ids {
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
@@ -529,13 +562,48 @@ func (ix *KeyIndex) readStored(ctx context.Context, ids []fileID, byFile map[fil
 	return out, nil
 }
 
-// planDeletes moves the batch's changed keys of file id to the batch's new
-// rows (merge-on-read), taking stored values from stored (readStored's
-// rows of that file). It returns rows with the new rows appended and the
-// old rows' positions, which the file's deletion vector is to hide.
-func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int64]*Row, rows []Row, appliedMicros int64, p *Plan) ([]Row, []int64, error) {
+// readStored reads the stored rows of file id that its changes need (a
+// column left unavailable, a delete), only those columns, and marks the
+// changes that take values from them. nil: none needed.
+func (ix *KeyIndex) readStored(ctx context.Context, id fileID, changed []changedKey, rd RowDeleter) (map[int64]*Row, error) {
+	type wanted struct {
+		row  int64
+		cols []int // the winner's unavailable columns
+	}
+	var want []wanted
+	for j := range changed {
+		if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
+			changed[j].stored = true
+			want = append(want, wanted{int64(ix.entries.at(changed[j].entry).row), cols})
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(want, func(a, b wanted) int { return cmp.Compare(a.row, b.row) })
+	rows, need := make([]int64, len(want)), make([][]int, len(want))
+	for k, w := range want {
+		rows[k], need[k] = w.row, w.cols
+	}
+	fileRows, err := rd.ReadRowsAt(ctx, ix.files[id], rows, need)
+	if err != nil {
+		return nil, fmt.Errorf("plan batch: %w", err)
+	}
+	m := make(map[int64]*Row, len(fileRows))
+	for j := range fileRows {
+		m[fileRows[j].Pos] = &fileRows[j]
+	}
+	return m, nil
+}
+
+// planDeletes moves the batch's changed keys of file id to new rows
+// (merge-on-read), taking stored values from stored (readStored's rows of
+// that file), into fp: the new rows and the old rows' positions, which the
+// file's deletion vector is to hide.
+func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int64]*Row, appliedMicros int64, fp *filePlan) error {
 	old := ix.files[id]
-	positions := make([]int64, 0, len(changed))
+	fp.positions = make([]int64, 0, len(changed))
+	fp.rows = make([]Row, 0, len(changed))
 	for _, c := range changed {
 		r := c.r
 		e := ix.state(c.entry)
@@ -543,21 +611,21 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 		if c.stored {
 			fr, ok := stored[e.row]
 			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
-				return nil, nil, fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
+				return fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
 			}
 			// The index's sequence and flag are the row's (the reader
 			// leaves them unset when it reads only some columns).
 			st.Values = fr.Values
 		}
-		row, kind := ix.resolve(r, st, appliedMicros, &p.Counts)
+		row, kind := ix.resolve(r, st, appliedMicros, &fp.counts)
 		if kind == RowStale {
 			continue
 		}
-		positions = append(positions, e.row)
-		p.pending = append(p.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(rows)), entry: c.entry + 1})
-		rows = append(rows, row)
+		fp.positions = append(fp.positions, e.row)
+		fp.pending = append(fp.pending, pendingEntry{key: r.Winner.Key, seq: row.Seq, deleted: row.Deleted, file: noFile, row: int64(len(fp.rows)), entry: c.entry + 1})
+		fp.rows = append(fp.rows, row)
 	}
-	return rows, positions, nil
+	return nil
 }
 
 // unavailableColumns lists the columns whose value resolving r may take
