@@ -17,7 +17,8 @@ import (
 // buffer, checks the frame's content checksum and copies the result out:
 // in the 1M-key bench (8 GB of decompressed JSON) the checksum and the
 // copies were a third of the fetch cost. Here each block is decoded
-// straight into one output slice sized from the frames seen so far. The
+// straight into one output slice sized from the frames seen so far (a
+// block that does not fit its room goes through a scratch buffer). The
 // frame's own checksums are not checked: the record batch's CRC-32C,
 // which franz-go validates, already covers every compressed byte. A frame
 // this decoder does not take (linked blocks, a dictionary, anything
@@ -151,6 +152,15 @@ func decodeFrame(out, src []byte) ([]byte, []byte, error) {
 		// Decode into a pooled block buffer, then append: reserving a
 		// whole block's room in out (4 MiB for franz-go's writer) would
 		// allocate and clear far more than the batch holds.
+		if room := min(cap(out), lz4MaxBatch) - len(out); room > 0 {
+			// Decode in place when the block fits the room left, as it
+			// does but for a batch's last blocks; else (an error: too
+			// short, or corrupt) decode it again through the scratch.
+			if m, err := lz4.UncompressBlock(block, out[len(out):len(out)+min(room, blockMax)]); err == nil {
+				out = out[:len(out)+m]
+				continue
+			}
+		}
 		scratch := lz4Scratch.Get().(*[]byte)
 		if cap(*scratch) < blockMax {
 			*scratch = make([]byte, blockMax)
