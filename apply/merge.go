@@ -240,8 +240,12 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if fold {
 			folds = ix.foldCandidates(hide, len(rows))
 		}
-		for _, id := range folds {
-			if rows, err = ix.fold(ctx, id, hide[id], rf, rows, p); err != nil {
+		folded, err := readFolds(ctx, ix, folds, rf)
+		if err != nil {
+			return nil, err
+		}
+		for i, id := range folds {
+			if rows, err = ix.fold(id, folded[i], hide[id], rows, p); err != nil {
 				return nil, err
 			}
 			delete(hide, id)
@@ -400,15 +404,43 @@ func (ix *KeyIndex) foldCandidates(hide map[fileID][]int64, batchRows int) []fil
 	return out
 }
 
-// fold moves file id's live rows, except those at the positions the batch
-// itself replaces (hidden), to the batch's new rows and removes the file.
-// Each moved row must be where the index places its key.
-func (ix *KeyIndex) fold(ctx context.Context, id fileID, hidden []int64, rf RowFiles, rows []Row, p *Plan) ([]Row, error) {
-	old := ix.files[id]
-	stored, err := rf.ReadRows(ctx, old)
-	if err != nil {
-		return nil, fmt.Errorf("plan batch: fold %s: %w", old.Path, err)
+// readFolds reads the live rows of the files a batch folds, on up to
+// GOMAXPROCS goroutines: the batch's other work is done by then, so the
+// reads would otherwise leave a core idle.
+func readFolds(ctx context.Context, ix *KeyIndex, folds []fileID, rf RowFiles) ([][]Row, error) {
+	out := make([][]Row, len(folds))
+	errs := make([]error, len(folds))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(folds)) {
+		wg.Go(func() {
+			for i := range next {
+				old := ix.files[folds[i]]
+				if out[i], errs[i] = rf.ReadRows(ctx, old); errs[i] != nil {
+					errs[i] = fmt.Errorf("plan batch: fold %s: %w", old.Path, errs[i])
+				}
+			}
+		})
 	}
+	for i := range folds {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// fold moves file id's live rows (stored, as readFolds read them), except
+// those at the positions the batch itself replaces (hidden), to the
+// batch's new rows and removes the file. Each moved row must be where the
+// index places its key.
+func (ix *KeyIndex) fold(id fileID, stored []Row, hidden []int64, rows []Row, p *Plan) ([]Row, error) {
+	old := ix.files[id]
 	skip := make(map[int64]bool, len(hidden))
 	for _, r := range hidden {
 		skip[r] = true
