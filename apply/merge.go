@@ -213,6 +213,13 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 		if err != nil {
 			return nil, err
 		}
+		// The batch's own rows, sized once; folded rows append to them.
+		n := len(fresh)
+		for i := range planned {
+			n += len(planned[i].rows)
+		}
+		rows = make([]Row, 0, n)
+		p.pending = make([]pendingEntry, 0, n)
 		hide := map[fileID][]int64{}
 		for i, id := range ids {
 			fp := &planned[i]
