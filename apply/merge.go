@@ -416,30 +416,45 @@ func (ix *KeyIndex) foldCandidates(hide map[fileID][]int64, batchRows int) []fil
 // reads would otherwise leave a core idle.
 func readFolds(ctx context.Context, ix *KeyIndex, folds []fileID, rf RowFiles) ([][]Row, error) {
 	out := make([][]Row, len(folds))
-	errs := make([]error, len(folds))
+	err := onEveryCore(len(folds), func(i int) error {
+		old := ix.files[folds[i]]
+		var err error
+		if out[i], err = rf.ReadRows(ctx, old); err != nil {
+			return fmt.Errorf("plan batch: fold %s: %w", old.Path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// onEveryCore calls fn(i) for each i in [0, n) on up to GOMAXPROCS
+// goroutines and returns the error of the lowest i that failed, after all
+// calls have returned.
+func onEveryCore(n int, fn func(i int) error) error {
+	errs := make([]error, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(folds)) {
+	for range min(runtime.GOMAXPROCS(0), n) {
 		wg.Go(func() {
 			for i := range next {
-				old := ix.files[folds[i]]
-				if out[i], errs[i] = rf.ReadRows(ctx, old); errs[i] != nil {
-					errs[i] = fmt.Errorf("plan batch: fold %s: %w", old.Path, errs[i])
-				}
+				errs[i] = fn(i)
 			}
 		})
 	}
-	for i := range folds {
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // fold moves file id's live rows (stored, as readFolds read them), except
@@ -574,29 +589,15 @@ type filePlan struct {
 // only read while a batch is planned.
 func (ix *KeyIndex) planFiles(ctx context.Context, ids []fileID, byFile map[fileID][]changedKey, rd RowDeleter, appliedMicros int64) ([]filePlan, error) {
 	out := make([]filePlan, len(ids))
-	errs := make([]error, len(ids))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(ids)) {
-		wg.Go(func() {
-			for i := range next {
-				stored, err := ix.readStored(ctx, ids[i], byFile[ids[i]], rd)
-				if err == nil {
-					err = ix.planDeletes(ids[i], byFile[ids[i]], stored, appliedMicros, &out[i])
-				}
-				errs[i] = err
-			}
-		})
-	}
-	for i := range ids {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for i := range ids {
-		if errs[i] != nil {
-			return nil, errs[i]
+	err := onEveryCore(len(ids), func(i int) error {
+		stored, err := ix.readStored(ctx, ids[i], byFile[ids[i]], rd)
+		if err != nil {
+			return err
 		}
+		return ix.planDeletes(ids[i], byFile[ids[i]], stored, appliedMicros, &out[i])
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
