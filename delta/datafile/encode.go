@@ -184,10 +184,6 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	}
 	sc := pq.NewSchema("spark_schema", root)
 	var out bytes.Buffer
-	// Sized once from the record's Arrow buffers (the encoded file is
-	// about as large before compression), instead of doubling through
-	// copies as the file grows.
-	out.Grow(recordBytes(rec) / 2)
 	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", "")}
 	if o.page > 0 {
 		wopts = append(wopts, pq.PageBufferSize(o.page))
@@ -216,16 +212,6 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		return nil, fmt.Errorf("encode parquet: %w", err)
 	}
 	return out.Bytes(), nil
-}
-
-// recordBytes is the size of rec's Arrow buffers (whole buffers, so an
-// upper bound for a slice), at most 64 MiB.
-func recordBytes(rec arrow.RecordBatch) int {
-	n := uint64(0)
-	for _, c := range rec.Columns() {
-		n += c.Data().SizeInBytes()
-	}
-	return int(min(n, 64<<20))
 }
 
 func countLeaves(n pq.Node) int {
