@@ -149,13 +149,13 @@ func decodeFrame(out, src []byte) ([]byte, []byte, error) {
 			out = append(out, block...)
 			continue
 		}
-		// Decode into a pooled block buffer, then append: reserving a
-		// whole block's room in out (4 MiB for franz-go's writer) would
-		// allocate and clear far more than the batch holds.
+		// Decode in place when the block fits the room left in out, as
+		// it does but for a batch's last blocks. Otherwise (an error: too
+		// short, or corrupt) decode it into a pooled block buffer, then
+		// append: reserving a whole block's room in out (4 MiB for
+		// franz-go's writer) would allocate and clear far more than the
+		// batch holds.
 		if room := min(cap(out), lz4MaxBatch) - len(out); room > 0 {
-			// Decode in place when the block fits the room left, as it
-			// does but for a batch's last blocks; else (an error: too
-			// short, or corrupt) decode it again through the scratch.
 			if m, err := lz4.UncompressBlock(block, out[len(out):len(out)+min(room, blockMax)]); err == nil {
 				out = out[:len(out)+m]
 				continue
