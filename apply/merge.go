@@ -151,6 +151,7 @@ type pendingEntry struct {
 type changedKey struct {
 	r     *Reduced
 	entry int
+	e     entryState // the entry as lookupAll decoded it
 	// stored: resolving r takes values from the stored row (unavailableColumns),
 	// decided once by readStored.
 	stored bool
@@ -193,7 +194,7 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 			p.Counts.Stale++
 			p.Counts.StaleRecords += len(r.Changes)
 		case ok:
-			byFile[e.file] = append(byFile[e.file], changedKey{r: r, entry: at})
+			byFile[e.file] = append(byFile[e.file], changedKey{r: r, entry: at, e: e})
 		default:
 			fresh = append(fresh, r)
 		}
@@ -614,7 +615,7 @@ func (ix *KeyIndex) readStored(ctx context.Context, id fileID, changed []changed
 	for j := range changed {
 		if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
 			changed[j].stored = true
-			want = append(want, wanted{int64(ix.entries.at(changed[j].entry).row), cols})
+			want = append(want, wanted{changed[j].e.row, cols})
 		}
 	}
 	if len(want) == 0 {
@@ -646,7 +647,7 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 	fp.rows = make([]Row, 0, len(changed))
 	for _, c := range changed {
 		r := c.r
-		e := ix.state(c.entry)
+		e := c.e
 		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
 		if c.stored {
 			fr, ok := stored[e.row]
