@@ -31,20 +31,14 @@ const (
 type vectorCache struct {
 	mu    sync.Mutex
 	byID  map[string]keptVector
-	order []putID // in the order put, oldest first; some since taken or put again
-	gen   uint64
+	tick  uint64
 	bytes uint64
 }
 
 type keptVector struct {
 	bm   *roaring64.Bitmap
 	size uint64
-	gen  uint64 // the put that kept it
-}
-
-type putID struct {
-	id  string
-	gen uint64
+	used uint64 // tick of the last get or put
 }
 
 func newVectorCache() *vectorCache {
@@ -57,6 +51,11 @@ func (c *vectorCache) get(ctx context.Context, st storage.Storage, d *delta.Dele
 	id := d.UniqueID()
 	c.mu.Lock()
 	k, ok := c.byID[id]
+	if ok {
+		c.tick++
+		k.used = c.tick
+		c.byID[id] = k
+	}
 	c.mu.Unlock()
 	if ok {
 		return k.bm, nil
@@ -92,8 +91,9 @@ func (c *vectorCache) drop(id string) {
 	delete(c.byID, id)
 }
 
-// put keeps bm as d's bitmap; the caller no longer changes it. The oldest
-// vectors go when the cache holds more than its bounds.
+// put keeps bm as d's bitmap; the caller no longer changes it. The least
+// recently used vectors go while the cache holds more than its bounds
+// (a scan of at most vectorsKept entries, a few times per batch).
 func (c *vectorCache) put(d *delta.DeletionVector, bm *roaring64.Bitmap) {
 	id := d.UniqueID()
 	n := bm.GetSizeInBytes()
@@ -102,27 +102,17 @@ func (c *vectorCache) put(d *delta.DeletionVector, bm *roaring64.Bitmap) {
 	if _, ok := c.byID[id]; ok || n > vectorsKeptBytes {
 		return
 	}
-	c.gen++
-	c.byID[id] = keptVector{bm: bm, size: n, gen: c.gen}
+	c.tick++
+	c.byID[id] = keptVector{bm: bm, size: n, used: c.tick}
 	c.bytes += n
-	c.order = append(c.order, putID{id, c.gen})
 	for len(c.byID) > vectorsKept || c.bytes > vectorsKeptBytes {
-		old := c.order[0]
-		c.order = c.order[1:]
-		if k, ok := c.byID[old.id]; ok && k.gen == old.gen {
-			c.drop(old.id)
-		}
-	}
-	// Entries of vectors since taken or put again linger in order;
-	// compact it once they are most of it.
-	if len(c.order) > 2*vectorsKept && len(c.order) > 2*len(c.byID) {
-		kept := make([]putID, 0, len(c.byID))
-		for _, o := range c.order {
-			if k, ok := c.byID[o.id]; ok && k.gen == o.gen {
-				kept = append(kept, o)
+		lru, oldest := "", uint64(0)
+		for id, k := range c.byID {
+			if lru == "" || k.used < oldest {
+				lru, oldest = id, k.used
 			}
 		}
-		c.order = kept
+		c.drop(lru)
 	}
 }
 

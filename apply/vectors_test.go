@@ -121,36 +121,51 @@ func TestVectorCache(t *testing.T) {
 }
 
 // TestVectorCacheBounds: the cache keeps at most vectorsKept vectors, the
-// newest, and its record of put order stays bounded under take and put.
+// most recently used: a put evicts the least recently read or put, and
+// take and put cycles keep the count at the bound.
 func TestVectorCacheBounds(t *testing.T) {
 	c := newVectorCache()
 	desc := func(i int) *delta.DeletionVector {
 		return &delta.DeletionVector{StorageType: "u", PathOrInlineDv: string(rune('a'+i%26)) + strings.Repeat("x", i/26), SizeInBytes: 1}
 	}
-	for i := range vectorsKept + 100 {
+	put := func(i int) {
 		bm := roaring64.New()
 		bm.Add(uint64(i))
 		c.put(desc(i), bm)
 	}
+	kept := func(i int) bool {
+		k, ok := c.byID[desc(i).UniqueID()]
+		return ok && k.bm.Contains(uint64(i))
+	}
+	for i := range vectorsKept + 100 {
+		put(i)
+	}
 	if c.len() != vectorsKept {
 		t.Fatalf("%d vectors kept, want %d", c.len(), vectorsKept)
 	}
-	if _, ok := c.byID[desc(0).UniqueID()]; ok {
-		t.Fatal("the oldest vector is still kept")
+	if kept(0) || kept(99) {
+		t.Fatal("the oldest vectors are still kept")
 	}
-	if k, ok := c.byID[desc(vectorsKept+99).UniqueID()]; !ok || !k.bm.Contains(uint64(vectorsKept+99)) {
-		t.Fatal("the newest vector is not kept")
+	if !kept(100) || !kept(vectorsKept+99) {
+		t.Fatal("the newest vectors are not all kept")
 	}
 	ctx := context.Background()
+	if _, err := c.get(ctx, nil, desc(100)); err != nil { // now the most recently used
+		t.Fatal(err)
+	}
+	put(vectorsKept + 100)
+	if !kept(100) || kept(101) || !kept(vectorsKept+100) {
+		t.Fatalf("after a read of 100 and one more put: 100 kept %v, 101 kept %v, newest kept %v; want true, false, true", kept(100), kept(101), kept(vectorsKept+100))
+	}
 	for i := range 10 * vectorsKept {
-		d := desc(vectorsKept + 99 - i%vectorsKept)
+		d := desc(102 + i%(vectorsKept-1)) // every kept vector but 100
 		bm, err := c.take(ctx, nil, d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.put(d, bm)
 	}
-	if c.len() != vectorsKept || len(c.order) > 2*vectorsKept+1 {
-		t.Fatalf("after take and put: %d kept, %d ids in order", c.len(), len(c.order))
+	if c.len() != vectorsKept {
+		t.Fatalf("after take and put: %d kept, want %d", c.len(), vectorsKept)
 	}
 }
