@@ -250,16 +250,16 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("table %s: build decoder: %w", tc.Name, err)
 	}
-	var fileOpts []datafile.WriteOption
-	if MergeMode(tc.WriteMode) == MergeOnRead {
-		fileOpts = MergeOnReadFileOptions()
-	}
 	// One cache of open data files and one of deletion vectors per
 	// table, shared by the layouts it goes through: files do not change
 	// with the schema.
 	t.points = datafile.NewFileCache(pointFilesOpen)
 	vectors := newVectorCache()
 	newFiles := func(l *Layout) (RowFiles, error) {
+		var fileOpts []datafile.WriteOption
+		if MergeMode(tc.WriteMode) == MergeOnRead {
+			fileOpts = MergeOnReadFileOptions(l)
+		}
 		rf, err := NewParquetRowFiles(t.store, l, fileOpts...)
 		if err != nil {
 			return nil, err

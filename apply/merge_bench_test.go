@@ -191,9 +191,10 @@ func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	name := fmt.Sprintf("rows-%d-v1", n)
 	var opts []datafile.WriteOption
 	if rowGroup > 0 {
-		// v3: byte arrays PLAIN (datafile.PlainValues), pages cut by bytes.
-		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v3", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
-		opts = MergeOnReadFileOptions()
+		// v4: byte arrays PLAIN (datafile.PlainValues), pages cut by bytes,
+		// fixed-width source columns raw (datafile.RawFixedWidth).
+		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v4", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
+		opts = MergeOnReadFileOptions(scaleLayout)
 	}
 	dir := filepath.Join(root, name)
 	if _, err := os.Stat(filepath.Join(dir, "_delta_log")); err == nil {
@@ -333,7 +334,7 @@ func openScale(b *testing.B, n int, mode string) *TableApplier {
 	var opts []datafile.WriteOption
 	if m == MergeOnRead { // as the engine writes merge-on-read tables
 		rowGroup = MergeOnReadRowGroupRows
-		opts = MergeOnReadFileOptions()
+		opts = MergeOnReadFileOptions(scaleLayout)
 	}
 	dir := cloneTable(b, scaleTable(b, n, rowGroup))
 	store := storage.NewLocal(dir)

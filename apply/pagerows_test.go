@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
+
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
@@ -325,7 +328,7 @@ func TestReadValuesAtConformance(t *testing.T) {
 func BenchmarkReadRowsAt(b *testing.B) {
 	ctx := context.Background()
 	store := storage.NewLocal(b.TempDir())
-	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions()...)
+	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -370,5 +373,50 @@ func BenchmarkReadRowsAt(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
 		})
+	}
+}
+
+// TestMergeOnReadFileCodecs: a merge-on-read data file stores its
+// fixed-width source columns uncompressed and its text and engine
+// columns with MergeOnReadCodec.
+func TestMergeOnReadFileCodecs(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]Row, 3000)
+	for i := range rows {
+		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), SourceTsMicros: 5, AppliedMicros: 1}
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := store.Read(ctx, add.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := pq.OpenFile(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]format.CompressionCodec{
+		"id": format.Uncompressed, "customer_id": format.Uncompressed, "amount": format.Uncompressed,
+		"quantity": format.Uncompressed, "created_at": format.Uncompressed, "updated_at": format.Uncompressed,
+		"flag": format.Uncompressed, "status": format.Snappy, "note": format.Snappy, "region": format.Snappy,
+		ColSeq: format.Snappy, ColDeleted: format.Snappy, ColSourceTs: format.Snappy, ColAppliedAt: format.Snappy,
+	}
+	cols := pf.Schema().Columns()
+	if len(cols) != len(want) {
+		t.Fatalf("%d columns, want %d", len(cols), len(want))
+	}
+	for _, rg := range pf.Metadata().RowGroups {
+		for c, cc := range rg.Columns {
+			if w, ok := want[cols[c][0]]; !ok || cc.MetaData.Codec != w {
+				t.Fatalf("column %s: codec %v, want %v", cols[c][0], cc.MetaData.Codec, w)
+			}
+		}
 	}
 }

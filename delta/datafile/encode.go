@@ -180,6 +180,9 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		if o.plain && n.Leaf() && n.Type().Kind() == pq.ByteArray {
 			n = pq.Encoded(n, &pq.Plain)
 		}
+		if o.rawFixed[f.Name] && n.Leaf() && n.Type().Kind() != pq.ByteArray {
+			n = pq.Compressed(n, &pquncompressed.Codec{})
+		}
 		root = append(root, field{Node: n, name: f.Name})
 	}
 	sc := pq.NewSchema("spark_schema", root)
