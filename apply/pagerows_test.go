@@ -378,7 +378,7 @@ func BenchmarkReadRowsAt(b *testing.B) {
 
 // TestMergeOnReadFileCodecs: a merge-on-read data file stores its
 // fixed-width source columns uncompressed and its text and engine
-// columns with MergeOnReadCodec.
+// columns with MergeOnReadCodec (LZ4_RAW).
 func TestMergeOnReadFileCodecs(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
@@ -405,8 +405,8 @@ func TestMergeOnReadFileCodecs(t *testing.T) {
 	want := map[string]format.CompressionCodec{
 		"id": format.Uncompressed, "customer_id": format.Uncompressed, "amount": format.Uncompressed,
 		"quantity": format.Uncompressed, "created_at": format.Uncompressed, "updated_at": format.Uncompressed,
-		"flag": format.Uncompressed, "status": format.Snappy, "note": format.Snappy, "region": format.Snappy,
-		ColSeq: format.Snappy, ColDeleted: format.Snappy, ColSourceTs: format.Snappy, ColAppliedAt: format.Snappy,
+		"flag": format.Uncompressed, "status": format.Lz4Raw, "note": format.Lz4Raw, "region": format.Lz4Raw,
+		ColSeq: format.Lz4Raw, ColDeleted: format.Lz4Raw, ColSourceTs: format.Lz4Raw, ColAppliedAt: format.Lz4Raw,
 	}
 	cols := pf.Schema().Columns()
 	if len(cols) != len(want) {

@@ -59,13 +59,16 @@ const MergeOnReadRowGroupRows = 8192
 const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadCodec is the compression of a merge-on-read table's data
-// files. Every stored value read decompresses its page, so at 1M keys a
-// batch decompresses tens of MB: Snappy (Spark's and delta-rs's default)
-// decodes several times faster than zstd, for files about half again as
-// large (bench/README.md, session 5), and it is a codec the direct page
-// reader takes (datafile's pagedirect.go; zstd pages go through
-// parquet-go).
-const MergeOnReadCodec = datafile.Snappy
+// files. Every stored value read decompresses its page, and at 1M keys a
+// batch decompresses most of the table's text pages (a TOAST placeholder
+// or a delete per ~100 rows, 32 KiB pages): Snappy decoded several times
+// faster than zstd, for files about half again as large (session 5), and
+// LZ4_RAW three times faster than Snappy on the bench's text pages (20
+// against 7 GB/s) while compressing them better (10.2x against 7.2x for
+// the doc column, 1.86x against 1.81x for short text; session 8). Every
+// reader that reads deletion vectors reads LZ4_RAW (delta-rs, Spark 3.5+,
+// Trino), and the direct page reader takes it (datafile's pagedirect.go).
+const MergeOnReadCodec = datafile.Lz4Raw
 
 // MergeOnReadFileOptions are the write options of a merge-on-read table's
 // data files of layout l (row groups and pages sized for stored-row reads).

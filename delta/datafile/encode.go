@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	pq "github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+	pqlz4 "github.com/parquet-go/parquet-go/compress/lz4"
 	pqsnappy "github.com/parquet-go/parquet-go/compress/snappy"
 	pquncompressed "github.com/parquet-go/parquet-go/compress/uncompressed"
 	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
@@ -166,6 +167,10 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		codec = &pqzstd.Codec{}
 	case Snappy:
 		codec = &pqsnappy.Codec{}
+	case Lz4Raw:
+		// The fast block compressor: parquet-go's default level is LZ4's
+		// high-compression one, several times slower to write.
+		codec = &pqlz4.Codec{Level: pqlz4.Fastest}
 	case Uncompressed:
 		codec = &pquncompressed.Codec{}
 	default:

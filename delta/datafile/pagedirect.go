@@ -14,13 +14,14 @@ import (
 	pq "github.com/parquet-go/parquet-go"
 	pqsnappy "github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/format"
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/cdcapply/cdcapply/schema"
 )
 
 // The direct page reader serves ReadValuesAt for the pages a stored-row
 // read needs most: version 2 data pages of PLAIN values, uncompressed or
-// Snappy, of a flat column without a dictionary, which is what
+// Snappy or LZ4_RAW, of a flat column without a dictionary, which is what
 // merge-on-read files are (PlainValues). It reads a page's bytes with one
 // ReadAt at the place the offset index gives, parses the page header
 // itself, counts the definition levels up to the row and takes the row's
@@ -44,28 +45,28 @@ var directChunksRead atomic.Int64
 
 // directChunk reads the pages of one column chunk.
 type directChunk struct {
-	r      io.ReaderAt
-	oi     pq.OffsetIndex
-	starts []int64 // first row (in the group) of each page
-	snappy bool
-	kind   pq.Kind
-	size   int  // a FIXED_LEN_BYTE_ARRAY's length
-	maxDef byte // 0 (required) or 1 (optional): flat columns only
-	raw    []byte
-	dec    []byte
-	codec  pqsnappy.Codec
+	r       io.ReaderAt
+	oi      pq.OffsetIndex
+	starts  []int64                 // first row (in the group) of each page
+	codecID format.CompressionCodec // Uncompressed, Snappy or Lz4Raw
+	kind    pq.Kind
+	size    int  // a FIXED_LEN_BYTE_ARRAY's length
+	maxDef  byte // 0 (required) or 1 (optional): flat columns only
+	raw     []byte
+	dec     []byte
+	snappy  pqsnappy.Codec
 }
 
 // directable reports whether the direct reader may read the chunk, from
 // its metadata: PLAIN values (RLE levels), no dictionary, uncompressed or
-// Snappy, a flat column whose physical type it decodes. Each page's own
+// Snappy or LZ4_RAW, a flat column whose physical type it decodes. Each page's own
 // header is checked again as it is read.
 func directable(md *format.ColumnMetaData, kind pq.Kind, maxDef byte) bool {
 	if !directPages || maxDef > 1 || md.DictionaryPageOffset != 0 {
 		return false
 	}
 	switch md.Codec {
-	case format.Uncompressed, format.Snappy:
+	case format.Uncompressed, format.Snappy, format.Lz4Raw:
 	default:
 		return false
 	}
@@ -95,7 +96,7 @@ func (d *directChunk) read(r io.ReaderAt, cc pq.ColumnChunk, md *format.ColumnMe
 	if err != nil {
 		return fmt.Errorf("offset index: %w", err)
 	}
-	d.r, d.oi, d.snappy, d.kind, d.size, d.maxDef = r, oi, md.Codec == format.Snappy, typ.Kind(), typ.Length(), maxDef
+	d.r, d.oi, d.codecID, d.kind, d.size, d.maxDef = r, oi, md.Codec, typ.Kind(), typ.Length(), maxDef
 	npages := oi.NumPages()
 	d.starts = slices.Grow(d.starts[:0], npages)[:npages]
 	for p := range d.starts {
@@ -175,13 +176,33 @@ func (d *directChunk) page(p int) (*directPage, error) {
 		return nil, fmt.Errorf("page %d: definition levels in a required column", p)
 	}
 	pg.values = body[h.defLen:]
-	if d.snappy && h.isCompressed {
+	if d.codecID != format.Uncompressed && h.isCompressed {
 		want := int(h.uncompressed) - int(h.defLen)
 		if want < 0 {
 			return nil, fmt.Errorf("page %d: %d uncompressed bytes, %d of levels", p, h.uncompressed, h.defLen)
 		}
-		if d.dec, err = d.codec.Decode(d.dec[:0], pg.values); err != nil {
-			return nil, fmt.Errorf("page %d: snappy: %w", p, err)
+		switch d.codecID {
+		case format.Snappy:
+			if d.dec, err = d.snappy.Decode(d.dec[:0], pg.values); err != nil {
+				return nil, fmt.Errorf("page %d: snappy: %w", p, err)
+			}
+		case format.Lz4Raw:
+			// An LZ4 block does not say how long it decodes to; the
+			// header does. LZ4 expands at most 255 times, which bounds
+			// what a corrupt header can make this allocate.
+			if want > 255*len(pg.values)+16 {
+				return nil, fmt.Errorf("page %d: header says %d bytes from a %d-byte LZ4 block", p, want, len(pg.values))
+			}
+			if cap(d.dec) < want {
+				d.dec = make([]byte, want)
+			}
+			n, err := lz4.UncompressBlock(pg.values, d.dec[:want])
+			if err != nil {
+				return nil, fmt.Errorf("page %d: lz4: %w", p, err)
+			}
+			d.dec = d.dec[:n]
+		default:
+			return nil, errNotDirect
 		}
 		if len(d.dec) != want {
 			return nil, fmt.Errorf("page %d: %d bytes decompressed, header says %d", p, len(d.dec), want)

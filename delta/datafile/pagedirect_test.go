@@ -132,12 +132,12 @@ func sampleRows(n int, seed uint64) []int64 {
 }
 
 // TestReadValuesAtDirect: files we write PLAIN (merge-on-read's options,
-// Snappy or uncompressed, in small pages and several row groups) are
+// Snappy, LZ4_RAW or uncompressed, in small pages and several row groups) are
 // read by the direct page reader, with the values parquet-go's page path
 // reads and the values written.
 func TestReadValuesAtDirect(t *testing.T) {
 	const n = 10_000
-	for _, codec := range []Codec{Snappy, Uncompressed} {
+	for _, codec := range []Codec{Snappy, Lz4Raw, Uncompressed} {
 		t.Run(string(codec), func(t *testing.T) {
 			st := storage.NewLocal(t.TempDir())
 			l := flatLayout()

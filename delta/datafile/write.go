@@ -21,6 +21,7 @@ type Codec string
 const (
 	Zstd         Codec = "zstd"
 	Snappy       Codec = "snappy"
+	Lz4Raw       Codec = "lz4raw" // Parquet's LZ4_RAW: LZ4 blocks without a frame
 	Uncompressed Codec = "uncompressed"
 )
 
