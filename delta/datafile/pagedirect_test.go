@@ -290,14 +290,7 @@ func TestPagesCutByBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := st.Read(ctx, add.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf, err := pq.OpenFile(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openWritten(t, st, add)
 	docPages := 0
 	for g, oi := range pf.OffsetIndexes() {
 		if g%2 != 1 { // the doc column's chunks
@@ -346,14 +339,7 @@ func TestRawFixedWidth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := st.Read(ctx, add.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf, err := pq.OpenFile(bytes.NewReader(raw), int64(len(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pf := openWritten(t, st, add)
 	for g, rg := range pf.Metadata().RowGroups {
 		for c, cc := range rg.Columns {
 			want := format.Uncompressed
@@ -377,4 +363,19 @@ func TestRawFixedWidth(t *testing.T) {
 	if !array.RecordEqual(back, rec) {
 		t.Fatal("the file read back differs from the record written")
 	}
+}
+
+// openWritten opens the data file of add with parquet-go, for tests that
+// look at how it was written.
+func openWritten(t testing.TB, st storage.Storage, add *delta.Add) *pq.File {
+	t.Helper()
+	data, err := st.Read(context.Background(), add.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := pq.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pf
 }
