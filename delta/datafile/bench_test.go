@@ -101,7 +101,7 @@ func (discard) WriteIfAbsent(context.Context, string, []byte) error { return nil
 // BenchmarkWrite measures Write (Parquet encoding with pqarrow, zstd, plus
 // stats) in rows per second.
 func BenchmarkWrite(b *testing.B) {
-	for _, codec := range []Codec{Zstd, Snappy} {
+	for _, codec := range []Codec{Zstd, Snappy, Lz4Raw} {
 		b.Run(string(codec), func(b *testing.B) {
 			rec := benchRecord(b, benchRows)
 			defer rec.Release()
