@@ -55,7 +55,10 @@ const MergeOnReadRowGroupRows = 8192
 // 127,474 and 217.6 MiB; 32 KiB 123,155 and 187.9 MiB; 64 KiB 121,996 and
 // 172.8 MiB; the runs differ by about as much as their noise): 32 KiB
 // bounds a stored value's page for a table about a tenth larger than with
-// 64 KiB pages. parquet-go's default is 256 KiB.
+// 64 KiB pages. With LZ4_RAW (session 8, one instrumented run each) the
+// stored reads of a 1M-row batch took 77.5, 72.2 and 89.1 ms with 16, 32
+// and 64 KiB pages, for tables of 207.4, 177.8 and 162.7 MiB, and the
+// new file's write 69.4, 54.2 and 57.2 ms. parquet-go's default is 256 KiB.
 const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadCodec is the compression of a merge-on-read table's data
