@@ -19,6 +19,7 @@ import (
 	pquncompressed "github.com/parquet-go/parquet-go/compress/uncompressed"
 	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
 	"github.com/parquet-go/parquet-go/encoding"
+	"github.com/pierrec/lz4/v4"
 )
 
 // The writer uses parquet-go, the project's Parquet library; arrow-go's
@@ -157,6 +158,29 @@ func decimalBytes(p int32) int {
 	}
 }
 
+// lz4Raw is Parquet's LZ4_RAW codec written with LZ4's fast block
+// compressor, a pooled one: parquet-go's codec compresses with LZ4's slow
+// high-compression level by default, and at its fast level builds a
+// compressor for every page, clearing its 128 KiB hash table, four times
+// the size of a merge-on-read page.
+type lz4Raw struct{ pqlz4.Codec }
+
+var lz4Compressors = sync.Pool{New: func() any { return new(lz4.Compressor) }}
+
+func (*lz4Raw) Encode(dst, src []byte) ([]byte, error) {
+	n := lz4.CompressBlockBound(len(src))
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	c := lz4Compressors.Get().(*lz4.Compressor)
+	m, err := c.CompressBlock(src, dst[:n])
+	lz4Compressors.Put(c)
+	if err != nil {
+		return nil, fmt.Errorf("lz4: %w", err)
+	}
+	return dst[:m], nil
+}
+
 // encodeParquet writes rec (physical schema) as one Parquet file with one
 // row group per o.rowGroup rows.
 func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
@@ -168,9 +192,7 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	case Snappy:
 		codec = &pqsnappy.Codec{}
 	case Lz4Raw:
-		// The fast block compressor: parquet-go's default level is LZ4's
-		// high-compression one, several times slower to write.
-		codec = &pqlz4.Codec{Level: pqlz4.Fastest}
+		codec = &lz4Raw{}
 	case Uncompressed:
 		codec = &pquncompressed.Codec{}
 	default:
