@@ -16,6 +16,7 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 	"github.com/pierrec/lz4/v4"
 
+	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -150,12 +151,24 @@ func (d *directChunk) page(p int) (*directPage, error) {
 	if size <= 0 || size > math.MaxInt32 {
 		return nil, fmt.Errorf("page %d: offset index gives %d bytes", p, size)
 	}
-	if cap(d.raw) < int(size) {
-		d.raw = make([]byte, size)
-	}
-	raw := d.raw[:size]
-	if _, err := d.r.ReadAt(raw, d.oi.Offset(p)); err != nil {
-		return nil, fmt.Errorf("page %d: %w", p, err)
+	off := d.oi.Offset(p)
+	var raw []byte
+	if m, ok := d.r.(storage.Mapped); ok && m.Mapped() != nil {
+		// The page in place: values taken from it are converted
+		// (copied) before the file is released.
+		b := m.Mapped()
+		if off < 0 || off > int64(len(b))-size {
+			return nil, fmt.Errorf("page %d: offset index places %d bytes at %d, past the file's %d", p, size, off, len(b))
+		}
+		raw = b[off : off+size : off+size]
+	} else {
+		if cap(d.raw) < int(size) {
+			d.raw = make([]byte, size)
+		}
+		raw = d.raw[:size]
+		if _, err := d.r.ReadAt(raw, off); err != nil {
+			return nil, fmt.Errorf("page %d: %w", p, err)
+		}
 	}
 	h, n, err := parsePageHeader(raw)
 	if err != nil {

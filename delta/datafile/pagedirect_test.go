@@ -134,34 +134,63 @@ func sampleRows(n int, seed uint64) []int64 {
 // TestReadValuesAtDirect: files we write PLAIN (merge-on-read's options,
 // Snappy, LZ4_RAW or uncompressed, in small pages and several row groups) are
 // read by the direct page reader, with the values parquet-go's page path
-// reads and the values written.
+// reads and the values written: from Local's memory mapping and with
+// ReadAt.
 func TestReadValuesAtDirect(t *testing.T) {
-	const n = 10_000
 	for _, codec := range []Codec{Snappy, Lz4Raw, Uncompressed} {
-		t.Run(string(codec), func(t *testing.T) {
-			st := storage.NewLocal(t.TempDir())
-			l := flatLayout()
-			add, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, PlainValues(), Compression(codec), PageBytes(512), RowGroupRows(4096))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows := sampleRows(n, 1)
-			got, served := readBothWays(t, st, l, add, rows)
-			// 12 columns, 3 row groups, each holding rows asked for.
-			if served != 36 {
-				t.Fatalf("the direct reader served %d of the 36 column chunks", served)
-			}
-			for k, r := range rows {
-				i := int(r)
-				wantS := schema.String(fmt.Sprintf("v%d-%s", i, bytes.Repeat([]byte("x"), i%13)))
-				if i%5 == 0 || (i >= 3000 && i < 3700) {
-					wantS = schema.Null
-				}
-				if got[0][k] != schema.Int(r*3) || !reflect.DeepEqual(got[2][k], wantS) || got[11][k] != schema.Null {
-					t.Fatalf("row %d: id %v s %v gone %v, want %d %v NULL", r, got[0][k], got[2][k], got[11][k], r*3, wantS)
-				}
-			}
-		})
+		for _, mapped := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/mapped=%v", codec, mapped), func(t *testing.T) {
+				testReadValuesAtDirect(t, codec, mapped)
+			})
+		}
+	}
+}
+
+// unmapped is a storage whose files hide their mapping, so that pages are
+// read with ReadAt.
+type unmapped struct{ *storage.Local }
+
+func (u unmapped) Open(ctx context.Context, p string) (storage.File, error) {
+	f, err := u.Local.Open(ctx, p)
+	return struct{ storage.File }{f}, err
+}
+
+func testReadValuesAtDirect(t *testing.T, codec Codec, mapped bool) {
+	const n = 10_000
+	local := storage.NewLocal(t.TempDir())
+	var st storage.Storage = unmapped{local}
+	if mapped {
+		st = local
+	}
+	l := flatLayout()
+	add, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, PlainValues(), Compression(codec), PageBytes(512), RowGroupRows(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := storage.Open(context.Background(), st, add.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, isMapped := f.(storage.Mapped)
+	if isMapped = isMapped && m.Mapped() != nil; isMapped != mapped {
+		t.Fatalf("file mapped: %v, want %v", isMapped, mapped)
+	}
+	f.Close()
+	rows := sampleRows(n, 1)
+	got, served := readBothWays(t, st, l, add, rows)
+	// 12 columns, 3 row groups, each holding rows asked for.
+	if served != 36 {
+		t.Fatalf("the direct reader served %d of the 36 column chunks", served)
+	}
+	for k, r := range rows {
+		i := int(r)
+		wantS := schema.String(fmt.Sprintf("v%d-%s", i, bytes.Repeat([]byte("x"), i%13)))
+		if i%5 == 0 || (i >= 3000 && i < 3700) {
+			wantS = schema.Null
+		}
+		if got[0][k] != schema.Int(r*3) || !reflect.DeepEqual(got[2][k], wantS) || got[11][k] != schema.Null {
+			t.Fatalf("row %d: id %v s %v gone %v, want %d %v NULL", r, got[0][k], got[2][k], got[11][k], r*3, wantS)
+		}
 	}
 }
 

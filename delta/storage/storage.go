@@ -55,6 +55,14 @@ type File interface {
 	Size() int64
 }
 
+// Mapped is implemented by a File whose bytes may be in memory (Local's,
+// memory-mapped): Mapped returns them, or nil when they are not. A reader
+// may slice them instead of calling ReadAt while the file is open; it must
+// not write them nor keep them past Close.
+type Mapped interface {
+	Mapped() []byte
+}
+
 // RangeReader is implemented by storages that can read parts of a file
 // without reading all of it: a reader that needs a few pages of a large
 // Parquet file (stored-row reads of merge-on-read) opens it instead of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -185,5 +186,59 @@ func TestOpenReadsParts(t *testing.T) {
 		if _, err := Open(ctx, st, "d/missing.bin"); !errors.Is(err, ErrNotExist) {
 			t.Errorf("%s: open of a missing file: %v, want ErrNotExist", name, err)
 		}
+	}
+}
+
+// TestLocalFileMapped: Local's files are read from a memory mapping, with
+// ReadAt's contract at the file's end, and neither read nor mapped once
+// closed; an empty file opens and reads as empty.
+func TestLocalFileMapped(t *testing.T) {
+	ctx := context.Background()
+	l := NewLocal(t.TempDir())
+	if err := l.Write(ctx, "f.bin", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Write(ctx, "empty.bin", nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Open(ctx, "f.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := f.(Mapped)
+	if !ok || string(m.Mapped()) != "0123456789" {
+		t.Fatalf("Mapped() = %v (%v), want the file's bytes", ok, m)
+	}
+	buf := make([]byte, 4)
+	if n, err := f.ReadAt(buf, 8); n != 2 || err != io.EOF || string(buf[:n]) != "89" {
+		t.Errorf("ReadAt(8) of 4 bytes = %d %q %v, want 2 \"89\" EOF", n, buf[:n], err)
+	}
+	if n, err := f.ReadAt(buf, 10); n != 0 || err != io.EOF {
+		t.Errorf("ReadAt(10) = %d %v, want 0 EOF", n, err)
+	}
+	if _, err := f.ReadAt(buf, -1); err == nil {
+		t.Error("ReadAt(-1) succeeded")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Mapped() != nil {
+		t.Error("still mapped after Close")
+	}
+	if _, err := f.ReadAt(buf, 0); err == nil {
+		t.Error("ReadAt after Close succeeded")
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	e, err := l.Open(ctx, "empty.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.ReadAt(buf, 0); n != 0 || err != io.EOF || e.Size() != 0 {
+		t.Errorf("empty file: ReadAt = %d %v, size %d; want 0 EOF 0", n, err, e.Size())
+	}
+	if err := e.Close(); err != nil {
+		t.Error(err)
 	}
 }
