@@ -152,7 +152,7 @@ type changedKey struct {
 	r     *Reduced
 	entry int
 	e     entryState // the entry as lookupAll decoded it
-	// stored: resolving r takes values from the stored row (unavailableColumns),
+	// stored: resolving r takes values from the stored row (Reduced.unavailableColumns),
 	// decided once by readStored.
 	stored bool
 }
@@ -613,7 +613,12 @@ func (ix *KeyIndex) readStored(ctx context.Context, id fileID, changed []changed
 	}
 	var want []wanted
 	for j := range changed {
-		if cols := unavailableColumns(changed[j].r); len(cols) > 0 {
+		// Only a column the winner left unavailable can take its value
+		// from the stored row (a delete leaves every non-key column so,
+		// and its tombstone keeps the last values; an update leaves a
+		// TOASTed column it did not change). A full image needs nothing
+		// but the index's sequence and deleted flag.
+		if cols := changed[j].r.unavailableColumns(); len(cols) > 0 {
 			changed[j].stored = true
 			want = append(want, wanted{changed[j].e.row, cols})
 		}
@@ -667,21 +672,6 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 		fp.rows = append(fp.rows, row)
 	}
 	return nil
-}
-
-// unavailableColumns lists the columns whose value resolving r may take
-// from the stored row: only a column the winner left unavailable can (a
-// delete leaves every non-key column so, and its tombstone keeps the last
-// values; an update leaves a TOASTed column it did not change). A full
-// image needs nothing but the index's sequence and deleted flag.
-func unavailableColumns(r *Reduced) []int {
-	var cols []int
-	for c, v := range r.Winner.Values {
-		if v.IsUnavailable() {
-			cols = append(cols, c)
-		}
-	}
-	return cols
 }
 
 func (ix *KeyIndex) resolve(r *Reduced, stored *StoredRow, appliedMicros int64, c *Counts) (Row, RowKind) {

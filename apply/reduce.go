@@ -3,6 +3,7 @@ package apply
 import (
 	"bytes"
 	"hash/maphash"
+	"math/bits"
 	"runtime"
 	"sort"
 	"sync"
@@ -86,6 +87,31 @@ type Reduced struct {
 	Fills []Fill
 	// Changes lists every change of the key in the batch, oldest first.
 	Changes []*Change
+	// unavail notes the columns Winner left unavailable, set by Reduce
+	// while the winner's values are in cache: bit 0 says it is noted,
+	// bit 1+c that column c is unavailable. Zero (a Reduced built
+	// otherwise, or a column past maxNotedColumn unavailable): scan.
+	unavail uint64
+}
+
+// maxNotedColumn is the last column Reduced.unavail can note.
+const maxNotedColumn = 62
+
+// unavailableColumns lists the columns the winner left unavailable.
+func (r *Reduced) unavailableColumns() []int {
+	var cols []int
+	if r.unavail != 0 {
+		for m := r.unavail >> 1; m != 0; m &= m - 1 {
+			cols = append(cols, bits.TrailingZeros64(m))
+		}
+		return cols
+	}
+	for c, v := range r.Winner.Values {
+		if v.IsUnavailable() {
+			cols = append(cols, c)
+		}
+	}
+	return cols
 }
 
 // Reduce groups a batch by key and picks each key's winner by source
@@ -161,10 +187,15 @@ func reduceShard(batch []*Change) []Reduced {
 			sort.Slice(g, func(i, j int) bool { return g[j].newer(g[i]) })
 		}
 		w := g[len(g)-1]
-		r := Reduced{Winner: w, Changes: g}
+		r := Reduced{Winner: w, Changes: g, unavail: 1}
 		for col, v := range w.Values {
 			if !v.IsUnavailable() {
 				continue
+			}
+			if col <= maxNotedColumn && r.unavail != 0 {
+				r.unavail |= 1 << (col + 1)
+			} else {
+				r.unavail = 0
 			}
 			for i := len(g) - 2; i >= 0; i-- {
 				// An older change with the same sequence is a replay of
@@ -223,6 +254,11 @@ func (r *Reduced) Resolve(stored *StoredRow) (kind RowKind, values []schema.Valu
 	if stored != nil && bytes.Compare(w.Seq, stored.Seq) <= 0 {
 		return RowStale, nil, 0
 	}
+	if r.unavail == 1 {
+		// A full image is the row as it is; the row shares the winner's
+		// values, which nothing writes once the batch is reduced.
+		return r.kind(stored), w.Values, 0
+	}
 	values = make([]schema.Value, len(w.Values))
 	copy(values, w.Values)
 	fi := 0
@@ -249,15 +285,19 @@ func (r *Reduced) Resolve(stored *StoredRow) (kind RowKind, values []schema.Valu
 			unresolved++
 		}
 	}
+	return r.kind(stored), values, unresolved
+}
+
+// kind is what applying the winner does to stored (not stale).
+func (r *Reduced) kind(stored *StoredRow) RowKind {
 	switch {
-	case w.Delete:
-		kind = RowDelete
+	case r.Winner.Delete:
+		return RowDelete
 	case stored == nil:
-		kind = RowInsert
+		return RowInsert
 	case stored.Deleted:
-		kind = RowRevive
+		return RowRevive
 	default:
-		kind = RowUpdate
+		return RowUpdate
 	}
-	return kind, values, unresolved
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/schema"
@@ -263,7 +264,43 @@ func TestReduceShards(t *testing.T) {
 				if !reflect.DeepEqual(got[i], want[i]) {
 					t.Fatalf("key %d: %s won by %v, want %s won by %v", i, got[i].Winner.Key, got[i].Winner.Seq, want[i].Winner.Key, want[i].Winner.Seq)
 				}
+				// The columns noted while reducing are the winner's
+				// unavailable ones (as a scan of its values finds).
+				scan := (&Reduced{Winner: got[i].Winner}).unavailableColumns()
+				if noted := got[i].unavailableColumns(); got[i].unavail == 0 || !slices.Equal(noted, scan) {
+					t.Fatalf("key %s: unavailable columns noted %v (%b), the winner's are %v", got[i].Winner.Key, noted, got[i].unavail, scan)
+				}
 			}
 		})
+	}
+}
+
+// TestReduceNotesUnavailableColumns: Reduce notes which columns a winner
+// left unavailable; a column past the last it can note makes the list
+// come from a scan, with the same answer, and Resolve still folds it.
+func TestReduceNotesUnavailableColumns(t *testing.T) {
+	for _, width := range []int{3, maxNotedColumn + 1, 70} {
+		vals := make([]schema.Value, width)
+		for i := range vals {
+			vals[i] = schema.Int(int64(i))
+		}
+		vals[1], vals[width-1] = una, una
+		old := append([]schema.Value(nil), vals...)
+		old[width-1] = str("prev")
+		rs := Reduce([]*Change{chg("k", 2, 2, false, vals...), chg("k", 1, 1, false, old...)})
+		if len(rs) != 1 {
+			t.Fatalf("width %d: %d keys", width, len(rs))
+		}
+		r := rs[0]
+		if noted := r.unavail != 0; noted != (width-1 <= maxNotedColumn) {
+			t.Errorf("width %d: noted %v (%b)", width, noted, r.unavail)
+		}
+		if got := r.unavailableColumns(); !slices.Equal(got, []int{1, width - 1}) {
+			t.Errorf("width %d: unavailable columns %v, want [1 %d]", width, got, width-1)
+		}
+		_, values, unresolved := r.Resolve(nil)
+		if !values[width-1].Equal(str("prev")) || !values[1].IsNull() || unresolved != 1 {
+			t.Errorf("width %d: resolved %v and %v (%d unresolved), want prev and NULL (1)", width, values[width-1], values[1], unresolved)
+		}
 	}
 }
