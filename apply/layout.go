@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cdcapply/cdcapply/debezium"
 	"github.com/cdcapply/cdcapply/delta"
@@ -43,6 +44,41 @@ type Layout struct {
 	Key []int
 
 	index map[string]int
+	// proj is the projection of the row type Project saw last: every
+	// change decoded with one schema shares its type, so a stream's
+	// changes map their columns to the table's without a name lookup.
+	proj atomic.Pointer[projection]
+}
+
+// projection maps the columns of one row type to a layout's.
+type projection struct {
+	typ *schema.Type
+	// cols holds the layout column of each of typ's fields, -1 for a
+	// field the table lacks.
+	cols []int
+	// key holds, for each of the layout's key columns (Key order), the
+	// index of typ's field of that name, -1 if typ has none.
+	key []int
+}
+
+// projectionOf returns the projection of t, cached for the next change.
+func (l *Layout) projectionOf(t *schema.Type) *projection {
+	if p := l.proj.Load(); p != nil && p.typ == t {
+		return p
+	}
+	p := &projection{typ: t, cols: make([]int, len(t.Fields)), key: make([]int, len(l.Key))}
+	for i, f := range t.Fields {
+		col, ok := l.index[f.Name]
+		if !ok {
+			col = -1
+		}
+		p.cols[i] = col
+	}
+	for j, k := range l.Key {
+		p.key[j] = t.Field(l.Source[k].Name)
+	}
+	l.proj.Store(p)
+	return p
 }
 
 // NewLayout builds a layout from source columns and key column names.
@@ -170,11 +206,12 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 			out.Values[i] = schema.Unavailable
 		}
 	}
+	var p *projection
 	if img.Present() {
-		for i, f := range img.Columns() {
-			col, ok := l.index[f.Name]
-			if !ok {
-				return nil, &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", f.Name)}
+		p = l.projectionOf(img.Type)
+		for i, col := range p.cols {
+			if col < 0 {
+				return nil, &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", img.Type.Fields[i].Name)}
 			}
 			if !out.Delete {
 				out.Values[col] = img.Values[i]
@@ -184,9 +221,13 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 		return nil, &ProjectError{"missing_image", fmt.Sprintf("op %s without an after image", ch.Op)}
 	}
 	// Key values: the row image's key columns, else the record key.
-	for _, k := range l.Key {
+	for j, k := range l.Key {
 		name := l.Source[k].Name
-		v, ok := img.Get(name)
+		var v schema.Value
+		ok := p != nil && p.key[j] >= 0
+		if ok {
+			v = img.Values[p.key[j]]
+		}
 		if !ok || v.IsNull() || v.IsUnavailable() {
 			v, ok = keyValue(ch.Key, name)
 		}
@@ -212,7 +253,8 @@ func keyValue(k debezium.Key, name string) (schema.Value, bool) {
 // equal strings whatever image or file they came from. Each value is a
 // kind byte and a length-prefixed payload, so no two keys collide.
 func EncodeKey(values []schema.Value, key []int) string {
-	var b []byte
+	var buf [64]byte // most keys fit: one allocation, the string's
+	b := buf[:0]
 	for _, k := range key {
 		b = appendKeyValue(b, values[k])
 	}

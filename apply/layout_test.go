@@ -1,0 +1,116 @@
+package apply
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/debezium"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/schema"
+)
+
+// TestProject: Project places an image's values by column name whatever
+// the image's column order, takes the key from the image or else from the
+// record key, refuses a column the table lacks, and turns a delete into
+// unavailable values but the key; alternating row types (the projection
+// Project caches per type) change none of it.
+func TestProject(t *testing.T) {
+	l, err := NewLayout([]delta.StructField{
+		{Name: "id", Type: delta.Long}, {Name: "name", Type: delta.String}, {Name: "n", Type: delta.Long},
+	}, []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := func(names ...string) *schema.Type {
+		st := &schema.Type{Base: schema.BaseStruct}
+		for _, n := range names {
+			st.Fields = append(st.Fields, schema.Field{Name: n, Type: &schema.Type{Base: schema.BaseInt64}})
+		}
+		return st
+	}
+	reordered := typ("n", "name", "id")  // the table's columns in another order
+	noKey := typ("name", "n")            // an image without the key column
+	extra := typ("id", "name", "n", "z") // a column the table lacks
+	seq := debezium.Sequence{Connector: debezium.ConnectorPostgres, N: 1}
+	seq.Parts[0] = debezium.Part{Kind: debezium.PartUint, U: 7}
+	change := func(op debezium.Op, img debezium.Row, key int64) *debezium.Change {
+		ch := &debezium.Change{Op: op, Seq: seq, Key: debezium.Key{Names: []string{"id"}, Values: []schema.Value{schema.Int(key)}}}
+		if op == debezium.OpDelete {
+			ch.Before = img
+		} else {
+			ch.After = img
+		}
+		return ch
+	}
+	vals := func(vs ...schema.Value) []schema.Value { return vs }
+	type want struct {
+		values []schema.Value
+		reason string // a ProjectError's reason, "" for none
+	}
+	una := schema.Unavailable
+	cases := []struct {
+		name string
+		ch   *debezium.Change
+		want want
+	}{
+		{"reordered", change(debezium.OpCreate, debezium.Row{Type: reordered, Values: vals(schema.Int(3), schema.String("a"), schema.Int(1))}, 99), want{values: vals(schema.Int(1), schema.String("a"), schema.Int(3))}},
+		{"reordered again", change(debezium.OpUpdate, debezium.Row{Type: reordered, Values: vals(schema.Int(4), una, schema.Int(2))}, 99), want{values: vals(schema.Int(2), una, schema.Int(4))}},
+		{"key from the record key", change(debezium.OpUpdate, debezium.Row{Type: noKey, Values: vals(schema.String("b"), schema.Int(5))}, 6), want{values: vals(schema.Int(6), schema.String("b"), schema.Int(5))}},
+		{"null key in the image", change(debezium.OpCreate, debezium.Row{Type: reordered, Values: vals(schema.Int(3), schema.String("a"), schema.Null)}, 8), want{values: vals(schema.Int(8), schema.String("a"), schema.Int(3))}},
+		{"a column the table lacks", change(debezium.OpCreate, debezium.Row{Type: extra, Values: vals(schema.Int(1), schema.String("a"), schema.Int(3), schema.Int(0))}, 1), want{reason: "schema_mismatch"}},
+		{"delete", change(debezium.OpDelete, debezium.Row{Type: reordered, Values: vals(schema.Int(3), schema.String("a"), schema.Int(1))}, 99), want{values: vals(schema.Int(1), una, una)}},
+		{"delete without the key in its image", change(debezium.OpDelete, debezium.Row{Type: noKey, Values: vals(schema.String("a"), schema.Int(1))}, 9), want{values: vals(schema.Int(9), una, una)}},
+		{"reordered after others", change(debezium.OpCreate, debezium.Row{Type: reordered, Values: vals(schema.Int(5), schema.String("c"), schema.Int(7))}, 99), want{values: vals(schema.Int(7), schema.String("c"), schema.Int(5))}},
+		{"no image", change(debezium.OpCreate, debezium.Row{}, 1), want{reason: "missing_image"}},
+	}
+	for _, c := range cases {
+		got, err := l.Project(c.ch)
+		if c.want.reason != "" {
+			var pe *ProjectError
+			if !errors.As(err, &pe) || pe.Reason != c.want.reason {
+				t.Errorf("%s: error %v, want reason %s", c.name, err, c.want.reason)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !slices.EqualFunc(got.Values, c.want.values, func(a, b schema.Value) bool { return a.Equal(b) && a.IsUnavailable() == b.IsUnavailable() }) {
+			t.Errorf("%s: values %v, want %v", c.name, got.Values, c.want.values)
+		}
+		if wantKey := EncodeKey(c.want.values, l.Key); got.Key != wantKey || got.Delete != (c.ch.Op == debezium.OpDelete) {
+			t.Errorf("%s: key %q delete %v, want %q %v", c.name, got.Key, got.Delete, wantKey, c.ch.Op == debezium.OpDelete)
+		}
+	}
+}
+
+// BenchmarkProject projects decoded changes of the reference workload's
+// shape (ten columns, an update's after image) onto the table's layout, as
+// the engine's loop does for every change.
+//
+//	go test ./apply -run XXX -bench Project -count 6
+func BenchmarkProject(b *testing.B) {
+	source := []delta.StructField{{Name: "id", Type: delta.Long}}
+	img := &schema.Type{Base: schema.BaseStruct, Fields: []schema.Field{{Name: "id", Type: &schema.Type{Base: schema.BaseInt64}}}}
+	values := []schema.Value{schema.Int(42)}
+	for i := 1; i < 10; i++ {
+		name := fmt.Sprintf("col_%d", i)
+		source = append(source, delta.StructField{Name: name, Type: delta.String})
+		img.Fields = append(img.Fields, schema.Field{Name: name, Type: &schema.Type{Base: schema.BaseString}})
+		values = append(values, schema.String(name))
+	}
+	l, err := NewLayout(source, []string{"id"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := &debezium.Change{Op: debezium.OpUpdate, After: debezium.Row{Type: img, Values: values},
+		Seq: debezium.Sequence{Connector: debezium.ConnectorPostgres, N: 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Project(ch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
