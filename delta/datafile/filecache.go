@@ -99,6 +99,12 @@ func (c *FileCache) release(cf *cachedFile) {
 	cf.refs--
 	if cf.refs == 0 && cf.evicted {
 		cf.f.Close()
+		return
+	}
+	if d, ok := cf.f.(interface{ DropResident() }); ok && cf.refs == 0 {
+		// A mapped file's pages would otherwise count in the process's
+		// RSS for as long as it stays cached: the whole table, over time.
+		d.DropResident()
 	}
 }
 

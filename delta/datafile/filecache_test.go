@@ -15,7 +15,7 @@ import (
 // reading in parts and the closes of those files.
 type countingFiles struct {
 	*storage.Local
-	opens, closes atomic.Int64
+	opens, closes, drops atomic.Int64
 }
 
 type countedFile struct {
@@ -26,6 +26,11 @@ type countedFile struct {
 func (f countedFile) Close() error {
 	f.c.closes.Add(1)
 	return f.File.Close()
+}
+
+func (f countedFile) DropResident() {
+	f.c.drops.Add(1)
+	f.File.(interface{ DropResident() }).DropResident()
 }
 
 func (c *countingFiles) Open(ctx context.Context, p string) (storage.File, error) {
@@ -41,7 +46,8 @@ func (c *countingFiles) Open(ctx context.Context, p string) (storage.File, error
 type onlyWhole struct{ storage.Storage }
 
 // TestFileCache: reads through the cache give what uncached reads give;
-// a file is opened once for many reads, the least recently used is closed
+// a file is opened once for many reads (its pages let go of after each),
+// the least recently used is closed
 // past the bound, Close closes the rest, and storage that cannot read in
 // parts is never cached.
 func TestFileCache(t *testing.T) {
@@ -78,8 +84,9 @@ func TestFileCache(t *testing.T) {
 		}
 	}
 	// 6 uncached reads and 2 cached files: 8 opens, the 6 uncached closed.
-	if o, cl := st.opens.Load(), st.closes.Load(); o != 8 || cl != 6 || c.Len() != 2 {
-		t.Fatalf("%d opens, %d closes, %d cached; want 8, 6, 2", o, cl, c.Len())
+	// Each cached read let its file's pages go once done with them.
+	if o, cl, d := st.opens.Load(), st.closes.Load(), st.drops.Load(); o != 8 || cl != 6 || c.Len() != 2 || d != 6 {
+		t.Fatalf("%d opens, %d closes, %d cached, %d resident sets dropped; want 8, 6, 2, 6", o, cl, c.Len(), d)
 	}
 	if _, err := c.ReadColumnsAt(ctx, st, l, adds[2], perColumn); err != nil {
 		t.Fatal(err)

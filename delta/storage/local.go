@@ -134,6 +134,16 @@ func (f *localFile) Size() int64 { return f.size }
 // be written, nor kept past Close: unmapped memory faults when touched.
 func (f *localFile) Mapped() []byte { return f.data }
 
+// DropResident takes the mapping's pages out of the process's resident
+// set (they stay in the page cache): a reader that keeps files mapped
+// across batches calls it between them, so that the table's pages do not
+// count in the process's RSS for as long as the file stays open.
+func (f *localFile) DropResident() {
+	if f.data != nil {
+		dropResident(f.data)
+	}
+}
+
 func (f *localFile) ReadAt(p []byte, off int64) (int, error) {
 	if f.data == nil {
 		if f.f == nil {
