@@ -97,11 +97,15 @@ type MetricsConfig struct {
 	PProf   bool   `json:"pprof,omitempty"`
 }
 
-// FlushPolicy says when a table's batch is flushed: whichever limit comes first.
+// FlushPolicy says when a table's batch is flushed: whichever limit comes
+// first. While the table's previous batch is still committing, a batch
+// that is due keeps reading, up to BacklogFactor times MaxRecords and
+// MaxBytes, and is flushed when that commit lands.
 type FlushPolicy struct {
-	MaxRecords int      `json:"max_records,omitempty"`
-	MaxBytes   int64    `json:"max_bytes,omitempty"`
-	MaxLatency Duration `json:"max_latency,omitempty"`
+	MaxRecords    int      `json:"max_records,omitempty"`
+	MaxBytes      int64    `json:"max_bytes,omitempty"`
+	MaxLatency    Duration `json:"max_latency,omitempty"`
+	BacklogFactor int      `json:"backlog_factor,omitempty"`
 }
 
 // SequenceField is one element of a configured sequence tuple.
@@ -183,7 +187,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 var builtinDefaults = TableSettings{
 	Format:         "json",
 	Connector:      "postgresql",
-	Flush:          FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(500 * time.Millisecond)},
+	Flush:          FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(500 * time.Millisecond), BacklogFactor: 2},
 	SchemaPolicy:   "additive",
 	MaxLateness:    Duration(7 * 24 * time.Hour),
 	TruncatePolicy: "tombstone",
@@ -304,6 +308,9 @@ func merge(base, over TableSettings) TableSettings {
 	}
 	if over.Flush.MaxLatency > 0 {
 		out.Flush.MaxLatency = over.Flush.MaxLatency
+	}
+	if over.Flush.BacklogFactor > 0 {
+		out.Flush.BacklogFactor = over.Flush.BacklogFactor
 	}
 	if over.SchemaPolicy != "" {
 		out.SchemaPolicy = over.SchemaPolicy

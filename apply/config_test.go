@@ -24,7 +24,7 @@ tables:
     topic_pattern: 'pg\.shard[0-9]+\.items'
     location: /data/items
     connector: mysql
-    flush: {max_latency: 250ms}
+    flush: {max_latency: 250ms, backlog_factor: 3}
     max_lateness: 48h
 `
 
@@ -39,6 +39,9 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	if time.Duration(o.Flush.MaxLatency) != 500*time.Millisecond || time.Duration(it.Flush.MaxLatency) != 250*time.Millisecond {
 		t.Errorf("max_latency: %v %v", time.Duration(o.Flush.MaxLatency), time.Duration(it.Flush.MaxLatency))
+	}
+	if o.Flush.BacklogFactor != 2 || it.Flush.BacklogFactor != 3 {
+		t.Errorf("backlog_factor: %d %d, want the default 2 and 3", o.Flush.BacklogFactor, it.Flush.BacklogFactor)
 	}
 	if o.Connector != "postgresql" || it.Connector != "mysql" {
 		t.Errorf("connector: %q %q", o.Connector, it.Connector)
@@ -67,6 +70,10 @@ tables: [{name: t, topic: x, location: /t}]`, []string{"kafka: ", "group"}},
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, location: /t, flush: {max_records: 0}}]`, []string{"tables[0].flush.max_records: "}},
+		{"bad backlog factor", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /t, flush: {backlog_factor: 0}}]`, []string{"tables[0].flush.backlog_factor: "}},
 		{"unknown field", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -502,14 +502,14 @@ func (e *Engine) Run(ctx context.Context) error {
 			// A poll can hold more records than a batch may: flush as
 			// soon as a table reaches max_records, mid-poll (the
 			// partitions cannot move while the poll is being handled).
-			if t := e.tableFor(r.Topic); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords {
+			if t := e.tableFor(r.Topic); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords && !t.mayGrow() {
 				e.startFlush(ctx, t)
 			}
 		}
 		e.settleDone(ctx)
 		now := e.clock()
 		for _, t := range e.tables {
-			if t.halted == nil && (e.due(t, now) || idle && len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush)) {
+			if t.halted == nil && (e.due(t, now) || idle && len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush)) && !t.mayGrow() {
 				e.startFlush(ctx, t)
 			}
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
@@ -552,7 +552,9 @@ func (e *Engine) pollWait() time.Duration {
 		if !t.holdUntil.IsZero() && t.holdUntil.Sub(now) < wait {
 			wait = t.holdUntil.Sub(now)
 		}
-		if t.buf.empty() {
+		if t.buf.empty() || t.committing() {
+			// While a commit runs the batch cannot flush anyway; the
+			// commit landing ends the poll.
 			continue
 		}
 		left := time.Duration(t.cfg.Flush.MaxLatency) - now.Sub(t.buf.since)
@@ -567,6 +569,36 @@ func (e *Engine) pollWait() time.Duration {
 		wait = time.Millisecond
 	}
 	return wait
+}
+
+// committing reports whether t's previous batch is still being applied.
+func (t *tableRun) committing() bool {
+	f := t.inflight
+	if f == nil {
+		return false
+	}
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// mayGrow reports whether t's batch, due, keeps reading instead of
+// waiting for the previous batch's commit: the batch could not start
+// before that commit lands anyway, and the records read meanwhile join
+// it, so a backlog is applied in fewer, larger batches instead of the
+// loop idling (a batch's stored-row reads touch most of a merge-on-read
+// table's pages however few rows it holds). flush.backlog_factor times
+// max_records and max_bytes bound it.
+func (t *tableRun) mayGrow() bool {
+	if !t.committing() {
+		return false
+	}
+	f := t.cfg.Flush
+	k := max(f.BacklogFactor, 1)
+	return len(t.buf.changes) < k*f.MaxRecords && t.buf.bytes < int64(k)*f.MaxBytes
 }
 
 func (e *Engine) due(t *tableRun, now time.Time) bool {

@@ -266,3 +266,84 @@ func TestEngineFlushesABurstWhenTheStreamPauses(t *testing.T) {
 		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
 	}
 }
+
+// TestEngineBatchGrowsWhileACommitRuns: a batch that is due while the
+// table's previous batch is still committing keeps reading, up to
+// flush.backlog_factor times max_records, and is flushed when that commit
+// lands; with a factor of 1 it waits at max_records. Every change lands
+// once either way and the table equals the oracle.
+func TestEngineBatchGrowsWhileACommitRuns(t *testing.T) {
+	for _, factor := range []int{1, 2} {
+		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+			p, dir, cfg := tenRecordBatches(t)
+			cfg.Tables[0].Flush.BacklogFactor = factor
+			o := ordersOracle{}
+			var mu sync.Mutex
+			var reports []*BatchReport
+			var entered, release chan struct{}
+			e, stop := startEngineWith(t, cfg, func(e *Engine) {
+				entered, release = holdFirstApply(e)
+				e.OnBatch = func(r *BatchReport) {
+					mu.Lock()
+					reports = append(reports, r)
+					mu.Unlock()
+				}
+			})
+			defer stop()
+			released := false
+			defer func() {
+				if !released {
+					close(release)
+				}
+			}()
+
+			produceOrders(p, o, 0, 10)
+			waitOrFail(t, entered, "the first batch's commit")
+			produceOrders(p, o, 10, 40)
+			// The loop reads until the second batch holds factor x 10
+			// changes, then waits for the first commit.
+			bound := int64(10 + 10*factor)
+			for deadline := time.Now().Add(30 * time.Second); e.routed.Load() < bound; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("routed %d records while the first batch was committing; want %d", e.routed.Load(), bound)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n := e.routed.Load(); n != bound {
+				t.Fatalf("routed %d records while the first batch was committing; the bound is %d", n, bound)
+			}
+			close(release)
+			released = true
+			waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+
+			want := []int64{10, 10 * int64(factor)}
+			for done := int64(10 + 10*factor); done < 40; done += 10 {
+				want = append(want, 10)
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := len(reports)
+				mu.Unlock()
+				if n >= len(want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d batches reported, want %d", n, len(want))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var got []int64
+			for _, r := range reports {
+				rng := r.Ranges[checkpoint.TopicPartition{Topic: "orders"}]
+				got = append(got, rng.Next-rng.From)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("batch sizes %v, want %v", got, want)
+			}
+			if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}

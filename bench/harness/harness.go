@@ -52,7 +52,9 @@ type Options struct {
 	MaxRecords int
 	MaxBytes   int64
 	MaxLatency time.Duration
-	WriteMode  string
+	// BacklogFactor is flush.backlog_factor (0: the engine's default).
+	BacklogFactor int
+	WriteMode     string
 	// MemoryLimit is the pipeline's memory_limit (0: none).
 	MemoryLimit int64
 	// CPUProfile is where the engine side writes a Go CPU profile of its
@@ -382,6 +384,9 @@ func (o Options) pipelineYAML(brokers []string, topic, table string) string {
 	}
 	if o.MaxLatency > 0 {
 		flush = append(flush, fmt.Sprintf("max_latency: %s", o.MaxLatency))
+	}
+	if o.BacklogFactor > 0 {
+		flush = append(flush, fmt.Sprintf("backlog_factor: %d", o.BacklogFactor))
 	}
 	defaults := fmt.Sprintf("flush: {%s}", strings.Join(flush, ", "))
 	if o.WriteMode != "" {

@@ -92,6 +92,7 @@ type OptionSummary struct {
 	MaxRecords    int             `json:"max_records,omitempty"`
 	MaxBytes      int64           `json:"max_bytes,omitempty"`
 	MaxLatency    string          `json:"max_latency,omitempty"`
+	BacklogFactor int             `json:"backlog_factor,omitempty"`
 	WriteMode     string          `json:"write_mode,omitempty"`
 	MemoryLimit   int64           `json:"memory_limit,omitempty"`
 	EngineProcess bool            `json:"engine_process"`
@@ -99,7 +100,7 @@ type OptionSummary struct {
 
 func (o Options) summary() OptionSummary {
 	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
-		MaxBytes: o.MaxBytes, WriteMode: o.WriteMode, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
+		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
 	if s.Compression == "" {
 		s.Compression = "lz4"
 	}

@@ -51,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memLimit := fs.Int64("memory-limit", 0, "the pipeline's memory_limit in bytes: the engine's soft memory limit (0: none)")
 	maxBytes := fs.Int64("max-bytes", 0, "flush.max_bytes (0: the engine's default)")
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
+	backlogFactor := fs.Int("backlog-factor", 0, "flush.backlog_factor (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
 	prefill := fs.Bool("prefill", false, "write the snapshot straight into the table before the engine starts (no Kafka); the engine reads only the streamed changes")
 	inProcess := fs.Bool("inprocess", false, "run the engine inside this process (RSS then includes the broker and oracle)")
@@ -86,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
