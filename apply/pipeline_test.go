@@ -29,6 +29,55 @@ func holdFirstApply(e *Engine) (entered chan struct{}, release chan struct{}) {
 	return entered, release
 }
 
+// heldEngine is an engine whose first table commit waits until release,
+// with the batches it reported.
+type heldEngine struct {
+	e       *Engine
+	entered chan struct{}
+	release func()
+	mu      sync.Mutex
+	reports []*BatchReport
+}
+
+// startHeldEngine starts an engine on cfg with its first commit held; the
+// commit is released and the engine stopped when the test ends.
+func startHeldEngine(t *testing.T, cfg *Config) *heldEngine {
+	h := &heldEngine{}
+	var release chan struct{}
+	e, stop := startEngineWith(t, cfg, func(e *Engine) {
+		h.entered, release = holdFirstApply(e)
+		e.OnBatch = func(r *BatchReport) {
+			h.mu.Lock()
+			h.reports = append(h.reports, r)
+			h.mu.Unlock()
+		}
+	})
+	var once sync.Once
+	h.e, h.release = e, func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() {
+		h.release()
+		stop()
+	})
+	return h
+}
+
+// waitReports waits until n batches are reported and returns every
+// batch reported.
+func (h *heldEngine) waitReports(t *testing.T, n int) []*BatchReport {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		got := append([]*BatchReport(nil), h.reports...)
+		h.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches reported, want %d", len(got), n)
+		}
+	}
+}
+
 // tenRecordBatches is a kfake orders topic and a pipeline on it whose
 // batches are flushed by max_records (10) only.
 func tenRecordBatches(t *testing.T) (*producer, string, *Config) {
@@ -69,51 +118,21 @@ func produceOrders(p *producer, o ordersOracle, from, to int) {
 func TestEngineReadsWhileABatchCommits(t *testing.T) {
 	p, dir, cfg := tenRecordBatches(t)
 	o := ordersOracle{}
-	var mu sync.Mutex
-	var reports []*BatchReport
-	var entered, release chan struct{}
-	e, stop := startEngineWith(t, cfg, func(e *Engine) {
-		entered, release = holdFirstApply(e)
-		e.OnBatch = func(r *BatchReport) {
-			mu.Lock()
-			reports = append(reports, r)
-			mu.Unlock()
-		}
-	})
-	defer stop()
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	h := startHeldEngine(t, cfg)
 
 	produceOrders(p, o, 0, 10)
-	waitOrFail(t, entered, "the first batch's commit")
+	waitOrFail(t, h.entered, "the first batch's commit")
 	produceOrders(p, o, 10, 20)
-	for deadline := time.Now().Add(30 * time.Second); e.routed.Load() < 20; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); h.e.routed.Load() < 20; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the engine routed %d records while the first batch was being committed; want the second batch's 10 too", e.routed.Load())
+			t.Fatalf("the engine routed %d records while the first batch was being committed; want the second batch's 10 too", h.e.routed.Load())
 		}
 	}
-	close(release)
-	released = true
+	h.release()
 	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
 
 	// The loop reports a batch when it settles it, just after its commit.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		n := len(reports)
-		mu.Unlock()
-		if n >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d batches reported, want 2", n)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	reports := h.waitReports(t, 2)
 	if len(reports) != 2 {
 		t.Fatalf("%d batches committed, want 2", len(reports))
 	}
@@ -278,63 +297,32 @@ func TestEngineBatchGrowsWhileACommitRuns(t *testing.T) {
 			p, dir, cfg := tenRecordBatches(t)
 			cfg.Tables[0].Flush.BacklogFactor = factor
 			o := ordersOracle{}
-			var mu sync.Mutex
-			var reports []*BatchReport
-			var entered, release chan struct{}
-			e, stop := startEngineWith(t, cfg, func(e *Engine) {
-				entered, release = holdFirstApply(e)
-				e.OnBatch = func(r *BatchReport) {
-					mu.Lock()
-					reports = append(reports, r)
-					mu.Unlock()
-				}
-			})
-			defer stop()
-			released := false
-			defer func() {
-				if !released {
-					close(release)
-				}
-			}()
+			h := startHeldEngine(t, cfg)
 
 			produceOrders(p, o, 0, 10)
-			waitOrFail(t, entered, "the first batch's commit")
+			waitOrFail(t, h.entered, "the first batch's commit")
 			produceOrders(p, o, 10, 40)
 			// The loop reads until the second batch holds factor x 10
 			// changes, then waits for the first commit.
 			bound := int64(10 + 10*factor)
-			for deadline := time.Now().Add(30 * time.Second); e.routed.Load() < bound; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(30 * time.Second); h.e.routed.Load() < bound; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatalf("routed %d records while the first batch was committing; want %d", e.routed.Load(), bound)
+					t.Fatalf("routed %d records while the first batch was committing; want %d", h.e.routed.Load(), bound)
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
-			if n := e.routed.Load(); n != bound {
+			if n := h.e.routed.Load(); n != bound {
 				t.Fatalf("routed %d records while the first batch was committing; the bound is %d", n, bound)
 			}
-			close(release)
-			released = true
+			h.release()
 			waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
 
 			want := []int64{10, 10 * int64(factor)}
-			for done := int64(10 + 10*factor); done < 40; done += 10 {
+			for done := bound; done < 40; done += 10 {
 				want = append(want, 10)
 			}
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				mu.Lock()
-				n := len(reports)
-				mu.Unlock()
-				if n >= len(want) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d batches reported, want %d", n, len(want))
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
 			var got []int64
-			for _, r := range reports {
+			for _, r := range h.waitReports(t, len(want)) {
 				rng := r.Ranges[checkpoint.TopicPartition{Topic: "orders"}]
 				got = append(got, rng.Next-rng.From)
 			}
