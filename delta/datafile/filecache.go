@@ -101,9 +101,12 @@ func (c *FileCache) release(cf *cachedFile) {
 		cf.f.Close()
 		return
 	}
-	if d, ok := cf.f.(interface{ DropResident() }); ok && cf.refs == 0 {
+	if d, ok := cf.f.(storage.ResidentDropper); ok && cf.refs == 0 {
 		// A mapped file's pages would otherwise count in the process's
 		// RSS for as long as it stays cached: the whole table, over time.
+		// Under the lock: once released, another reader's open may evict
+		// and unmap the file, and advice on an address range the runtime
+		// has mapped again would drop someone else's pages.
 		d.DropResident()
 	}
 }

@@ -30,7 +30,7 @@ func (f countedFile) Close() error {
 
 func (f countedFile) DropResident() {
 	f.c.drops.Add(1)
-	f.File.(interface{ DropResident() }).DropResident()
+	f.File.(storage.ResidentDropper).DropResident()
 }
 
 func (c *countingFiles) Open(ctx context.Context, p string) (storage.File, error) {

@@ -59,7 +59,7 @@ func TestLocalFileDropResident(t *testing.T) {
 		sum += int(m[i])
 	}
 	touched := rssFileKiB(t)
-	f.(interface{ DropResident() }).DropResident()
+	f.(ResidentDropper).DropResident()
 	dropped := rssFileKiB(t)
 	t.Logf("RssFile: %d KiB before, %d touched, %d dropped (sum %d)", before, touched, dropped, sum)
 	if touched-before < size/1024/2 {

@@ -63,6 +63,13 @@ type Mapped interface {
 	Mapped() []byte
 }
 
+// ResidentDropper is implemented by a File whose pages a reader keeping it
+// open across reads should let go of between them (Local's mapped files,
+// whose pages otherwise count in the process's RSS while they stay mapped).
+type ResidentDropper interface {
+	DropResident()
+}
+
 // RangeReader is implemented by storages that can read parts of a file
 // without reading all of it: a reader that needs a few pages of a large
 // Parquet file (stored-row reads of merge-on-read) opens it instead of
