@@ -59,6 +59,8 @@ type projection struct {
 	// key holds, for each of the layout's key columns (Key order), the
 	// index of typ's field of that name, -1 if typ has none.
 	key []int
+	// missing is set when some field of typ is not a layout column.
+	missing bool
 }
 
 // projectionOf returns the projection of t, cached for the next change.
@@ -71,6 +73,7 @@ func (l *Layout) projectionOf(t *schema.Type) *projection {
 		col, ok := l.index[f.Name]
 		if !ok {
 			col = -1
+			p.missing = true
 		}
 		p.cols[i] = col
 	}
@@ -164,6 +167,9 @@ func (l *Layout) KeyNames() []string {
 // Missing returns the image's columns the layout does not have yet (schema
 // drift), in image order.
 func (l *Layout) Missing(row debezium.Row) []schema.Field {
+	if row.Type != nil && !l.projectionOf(row.Type).missing {
+		return nil // the common case, without a lookup per column
+	}
 	var out []schema.Field
 	for _, f := range row.Columns() {
 		if _, ok := l.index[f.Name]; !ok {

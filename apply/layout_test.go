@@ -86,6 +86,37 @@ func TestProject(t *testing.T) {
 	}
 }
 
+// TestLayoutMissing: Missing names exactly the image's columns the layout
+// lacks, whichever row type was asked about before (the answer for a type
+// is cached with its projection).
+func TestLayoutMissing(t *testing.T) {
+	l, err := NewLayout([]delta.StructField{{Name: "id", Type: delta.Long}, {Name: "name", Type: delta.String}}, []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := func(names ...string) *schema.Type {
+		st := &schema.Type{Base: schema.BaseStruct}
+		for _, n := range names {
+			st.Fields = append(st.Fields, schema.Field{Name: n, Type: &schema.Type{Base: schema.BaseInt64}})
+		}
+		return st
+	}
+	known, wider, other := typ("name", "id"), typ("id", "z", "name", "y"), typ("id")
+	cases := []struct {
+		typ  *schema.Type
+		want []string
+	}{{known, nil}, {wider, []string{"z", "y"}}, {wider, []string{"z", "y"}}, {known, nil}, {other, nil}, {wider, []string{"z", "y"}}, {nil, nil}}
+	for i, c := range cases {
+		var got []string
+		for _, f := range l.Missing(debezium.Row{Type: c.typ}) {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("case %d: missing %v, want %v", i, got, c.want)
+		}
+	}
+}
+
 // BenchmarkProject projects decoded changes of the reference workload's
 // shape (ten columns, an update's after image) onto the table's layout, as
 // the engine's loop does for every change.
