@@ -69,6 +69,10 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
+	// batches recycles the buffers LZ4 batches are decompressed into;
+	// recycle releases a record's share of one.
+	batches *batchPool
+
 	// predecodedUsed counts records routed with predecode's result, and
 	// routed the records routed into a table's buffer (tests).
 	predecodedUsed atomic.Int64
@@ -212,6 +216,17 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 	for _, o := range opts {
 		o(e)
 	}
+	// Records hold their decompressed batches while buffered: per table
+	// up to backlog_factor batches being read and one committing, each up
+	// to max_bytes, and a batch's buffers are released at its commit. The
+	// pool keeps one batch's worth for reuse and tracks what records may
+	// hold, plus what the client has fetched ahead.
+	live, free := int64(128<<20), int64(0)
+	for _, t := range cfg.Tables {
+		live += int64(t.Flush.BacklogFactor+2) * t.Flush.MaxBytes
+		free = max(free, t.Flush.MaxBytes)
+	}
+	e.batches = newBatchPool(int(min(2*free, 256<<20)), int(min(live, 4<<30)))
 	if needsRegistry(cfg) {
 		reg, err := newRegistry(cfg.SchemaRegistry)
 		if err != nil {
@@ -356,6 +371,14 @@ func (e *Engine) typeSchemaless(t *tableRun) error {
 	return nil
 }
 
+// FetchBuffers reports the buffers LZ4 record batches were decompressed
+// into: how many were filled, how many of those were released buffers
+// used again, and how many the pool stopped tracking before all their
+// records were released (left to the collector).
+func (e *Engine) FetchBuffers() (filled, reused, forgotten int64) {
+	return e.batches.stats()
+}
+
 // tableFor routes a topic to its table (nil: not ours).
 func (e *Engine) tableFor(topic string) *tableRun {
 	// Every record asks, from Run's goroutine and predecode's workers: a
@@ -401,7 +424,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.AdjustFetchOffsetsFn(e.adjustOffsets),
-		kgo.WithDecompressor(newLZ4Decompressor()),
+		kgo.WithDecompressor(newLZ4Decompressor(e.batches)),
 	}
 	if e.cfg.Kafka.ClientID != "" {
 		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
@@ -798,6 +821,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	if t.positions().Applied(tp, r.Offset) {
 		// Fetched before a re-seek: already in the table and accounted
 		// for by the commit that applied it.
+		e.batches.releaseRecord(r)
 		return
 	}
 	pb := t.buf.parts[tp]
@@ -850,9 +874,11 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	case debezium.ClassHeartbeat:
 		pb.skipped++
 		t.buf.heartbeatMs = max(t.buf.heartbeatMs, ch.TsMs)
+		e.batches.releaseRecord(r)
 		return
-	default:
+	default: // a Kafka tombstone, a schema change event
 		pb.skipped++
+		e.batches.releaseRecord(r)
 		return
 	}
 	if ch.Op == debezium.OpTruncate {
@@ -1155,6 +1181,9 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
 	}
+	// The batch is done with its records (the changes' values are
+	// copies; only Raw points into the fetched bytes).
+	e.batches.releaseChanges(b.Changes)
 	return true
 }
 

@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -161,7 +163,11 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 // runReferenceCase runs the reference case on a topic of nparts
 // partitions that exists on brokers (kfake or a real broker).
 func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32) {
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	// LZ4, so that the engine decompresses into its batch pool: the
+	// buffers of released records are reused while the quarantined ones
+	// keep theirs.
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,18 +201,25 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	p.change(2, 25, "d", "")
 	p.change(3, 15, "c", "new")
 	k, v := dbzOrders(4, 40, "c", "x")
-	p.send(k, []byte(`{"schema":`), 0)                                          // malformed JSON
-	p.send(k, []byte(strings.Replace(string(v), `"op":"c"`, `"op":"x"`, 1)), 1) // unknown op
+	// The bad records' values, which the quarantine must hold unchanged
+	// (their batches' buffers are never reused).
+	var bad []string
+	sendBad := func(key, value []byte, partition int32) {
+		bad = append(bad, string(value))
+		p.send(key, value, partition)
+	}
+	sendBad(k, []byte(`{"schema":`), 0)                                          // malformed JSON
+	sendBad(k, []byte(strings.Replace(string(v), `"op":"c"`, `"op":"x"`, 1)), 1) // unknown op
 	// Neither source.sequence nor source.lsn (the second send below): a
 	// null sequence, quarantined.
 	// No source.sequence but source.lsn: the PostgreSQL sequence falls
 	// back to (null, lsn), so key 4 is applied.
 	p.send(k, []byte(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1)), 2)
-	p.send(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2)
+	sendBad(k, []byte(strings.Replace(strings.Replace(string(v), `"sequence":"[\"40\",\"40\"]"`, `"sequence":null`, 1), `"lsn":40`, `"lsn":null`, 1)), 2)
 	// Missing key: no Kafka key and an image without the key column.
-	p.send(nil, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{`, 1)), 1)
+	sendBad(nil, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{`, 1)), 1)
 	// A value that does not fit its column: id is int32.
-	p.send(k, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{"id":99999999999,`, 1)), 2)
+	sendBad(k, []byte(strings.Replace(string(v), `"after":{"id":4,`, `"after":{"id":99999999999,`, 1)), 2)
 	// A Kafka tombstone (null value after a delete): skipped, not applied.
 	p.send(nil, nil, 0)
 	waitPositions(t, table, "shop", topic, p.ends)
@@ -262,19 +275,25 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reasons []string
+	var reasons, values []string
 	for _, add := range qsnap.Files() {
 		rec, err := datafile.Read(context.Background(), storage.NewLocal(table+"_quarantine"), datafile.Layout{Schema: quarantineSchema, PartitionColumns: []string{}}, add)
 		if err != nil {
 			t.Fatal(err)
 		}
-		col := rec.Column(7)
+		col, vals := rec.Column(7), rec.Column(4).(*array.Binary)
 		for i := 0; i < int(rec.NumRows()); i++ {
 			reasons = append(reasons, col.ValueStr(i))
+			values = append(values, string(vals.Value(i)))
 		}
 		rec.Release()
 	}
 	sort.Strings(reasons)
+	sort.Strings(values)
+	sort.Strings(bad)
+	if !slices.Equal(values, bad) {
+		t.Errorf("quarantined values differ from the bad records produced:\n%q\n%q", values, bad)
+	}
 	js, _ := json.Marshal(reasons)
 	for _, want := range []string{"malformed_json", "unknown_op", "null_sequence", "missing_key", "value_out_of_range"} {
 		if !strings.Contains(string(js), want) {
@@ -283,6 +302,9 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	}
 	if len(reasons) != quarantined {
 		t.Errorf("quarantine table has %d rows, commits counted %d", len(reasons), quarantined)
+	}
+	if filled, reused, _ := e.FetchBuffers(); filled == 0 || reused == 0 {
+		t.Errorf("%d LZ4 batches decompressed, %d into reused buffers: the batch pool was not exercised", filled, reused)
 	}
 }
 

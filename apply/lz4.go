@@ -26,16 +26,19 @@ import (
 // reports the error.
 type lz4Decompressor struct {
 	fallback kgo.Decompressor
-	ratio    atomic.Int64 // recent decompressed/compressed size ratio, in 1/16ths
-	decoded  atomic.Int64 // batches decoded here (not by the fallback)
+	// pool, when not nil, provides the output buffers and takes them back
+	// once the engine released every record in them.
+	pool    *batchPool
+	ratio   atomic.Int64 // recent decompressed/compressed size ratio, in 1/16ths
+	decoded atomic.Int64 // batches decoded here (not by the fallback)
 }
 
 // lz4MaxBatch bounds what one batch may decompress to here; a larger one
 // goes to the default decompressor, which applies the client's bound.
 const lz4MaxBatch = 256 << 20
 
-func newLZ4Decompressor() *lz4Decompressor {
-	d := &lz4Decompressor{fallback: kgo.DefaultDecompressor()}
+func newLZ4Decompressor(pool *batchPool) *lz4Decompressor {
+	d := &lz4Decompressor{fallback: kgo.DefaultDecompressor(), pool: pool}
 	d.ratio.Store(4 * 16)
 	return d
 }
@@ -63,12 +66,24 @@ var lz4Scratch = sync.Pool{New: func() any { return new([]byte) }}
 // does not take.
 func (d *lz4Decompressor) decodeFrames(src []byte) (out []byte, ok bool) {
 	guess := int64(len(src)) * max(d.ratio.Load(), 16) / 16
-	out = make([]byte, 0, min(guess+guess/8, lz4MaxBatch))
+	n := int(min(guess+guess/8, lz4MaxBatch))
+	if d.pool == nil {
+		out = make([]byte, 0, n)
+	} else {
+		out = d.pool.get(n)
+	}
+	buf := out
 	for len(src) > 0 {
 		var err error
 		if out, src, err = decodeFrame(out, src); err != nil {
+			if d.pool != nil {
+				d.pool.put(buf) // nothing points into it
+			}
 			return nil, false
 		}
+	}
+	if d.pool != nil {
+		d.pool.register(out)
 	}
 	return out, true
 }

@@ -46,7 +46,7 @@ func TestLZ4DecompressorFrames(t *testing.T) {
 	}
 	payloads := map[string][]byte{"empty": nil, "small": []byte("hello, frame"), "random": random, "text": text.Bytes()}
 	sizes := []lz4.BlockSize{lz4.Block64Kb, lz4.Block256Kb, lz4.Block1Mb, lz4.Block4Mb}
-	d := newLZ4Decompressor()
+	d := newLZ4Decompressor(nil)
 	def := kgo.DefaultDecompressor()
 	for name, data := range payloads {
 		for _, size := range sizes {
@@ -84,7 +84,7 @@ func TestLZ4DecompressorFrames(t *testing.T) {
 // id, a bad block) goes to franz-go's decompressor, whose error is
 // returned; other codecs always do.
 func TestLZ4DecompressorFallsBack(t *testing.T) {
-	d := newLZ4Decompressor()
+	d := newLZ4Decompressor(nil)
 	frame := lz4Frame(t, bytes.Repeat([]byte("abc"), 10000))
 	dict := append([]byte(nil), frame...)
 	dict[4] |= 0x01
@@ -127,7 +127,7 @@ func TestLZ4DecompressorConsumes(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d := newLZ4Decompressor()
+	d := newLZ4Decompressor(nil)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.WithDecompressor(d))
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func BenchmarkLZ4Decompress(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		d    kgo.Decompressor
-	}{{"franz-go", kgo.DefaultDecompressor()}, {"cdcapply", newLZ4Decompressor()}} {
+	}{{"franz-go", kgo.DefaultDecompressor()}, {"cdcapply", newLZ4Decompressor(nil)}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(text.Len()))
 			for i := 0; i < b.N; i++ {

@@ -107,14 +107,19 @@ type EngineResult struct {
 	FreshMean float64 `json:"fresh_mean_ms"`
 	// PeakRSS is VmHWM of the process at the end; PeakHeapInUse the largest
 	// sampled Go heap in use; HeapSys the Go heap reserved at the end.
-	PeakRSS       int64   `json:"peak_rss"`
-	PeakHeapInUse int64   `json:"peak_heap_inuse"`
-	HeapSys       int64   `json:"heap_sys"`
-	TotalAlloc    int64   `json:"total_alloc"`
-	NumGC         int64   `json:"num_gc"`
-	CPUUser       float64 `json:"cpu_user_s"`
-	CPUSys        float64 `json:"cpu_sys_s"`
-	Error         string  `json:"error,omitempty"`
+	PeakRSS       int64 `json:"peak_rss"`
+	PeakHeapInUse int64 `json:"peak_heap_inuse"`
+	HeapSys       int64 `json:"heap_sys"`
+	TotalAlloc    int64 `json:"total_alloc"`
+	NumGC         int64 `json:"num_gc"`
+	// FetchBuffers, FetchBuffersReused and FetchBuffersForgotten:
+	// Engine.FetchBuffers at the end.
+	FetchBuffers          int64   `json:"fetch_buffers"`
+	FetchBuffersReused    int64   `json:"fetch_buffers_reused"`
+	FetchBuffersForgotten int64   `json:"fetch_buffers_forgotten"`
+	CPUUser               float64 `json:"cpu_user_s"`
+	CPUSys                float64 `json:"cpu_sys_s"`
+	Error                 string  `json:"error,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -280,6 +285,7 @@ loop:
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	res.HeapSys, res.TotalAlloc, res.NumGC = int64(m.HeapSys), int64(m.TotalAlloc), int64(m.NumGC)
+	res.FetchBuffers, res.FetchBuffersReused, res.FetchBuffersForgotten = e.FetchBuffers()
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		res.CPUUser = time.Duration(ru.Utime.Nano()).Seconds()

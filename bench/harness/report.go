@@ -169,6 +169,16 @@ type MemoryFigures struct {
 	RSSFirstHalfMax  int64 `json:"rss_first_half_max"`
 	RSSSecondHalfMax int64 `json:"rss_second_half_max"`
 	Isolated         bool  `json:"isolated"`
+	// TotalAlloc is every byte the engine's Go heap allocated, NumGC its
+	// collections: unlike the times, they hardly move with the machine.
+	TotalAlloc int64 `json:"total_alloc"`
+	NumGC      int64 `json:"num_gc"`
+	// FetchBuffers were the decompressed LZ4 batches, FetchBuffersReused
+	// those decompressed into a released buffer, FetchBuffersForgotten
+	// those left to the collector with records out.
+	FetchBuffers          int64 `json:"fetch_buffers"`
+	FetchBuffersReused    int64 `json:"fetch_buffers_reused"`
+	FetchBuffersForgotten int64 `json:"fetch_buffers_forgotten"`
 }
 
 // TableFigures are the bytes and rows written.
@@ -232,7 +242,9 @@ func (r *Report) compute() {
 	r.Throughput = t
 	r.Freshness = &FreshnessFigures{P50: e.FreshP50, P99: e.FreshP99, P999: e.FreshP999, Max: e.FreshMax, Mean: e.FreshMean,
 		WallClock: r.Options.Rate > 0}
-	m := &MemoryFigures{PeakRSS: e.PeakRSS, PeakHeapInUse: e.PeakHeapInUse, HeapSys: e.HeapSys, Isolated: !e.InProcess}
+	m := &MemoryFigures{PeakRSS: e.PeakRSS, PeakHeapInUse: e.PeakHeapInUse, HeapSys: e.HeapSys, Isolated: !e.InProcess,
+		TotalAlloc: e.TotalAlloc, NumGC: e.NumGC, FetchBuffers: e.FetchBuffers, FetchBuffersReused: e.FetchBuffersReused,
+		FetchBuffersForgotten: e.FetchBuffersForgotten}
 	for _, s := range e.Samples {
 		if s.At < e.DoneAt/2 {
 			m.RSSFirstHalfMax = max(m.RSSFirstHalfMax, s.RSS)
@@ -502,6 +514,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-34s %s (VmHWM; %s); Go heap objects peak %s; RSS max first half %s, second half %s\n", "peak RSS", mib(m.PeakRSS), iso,
 		mib(m.PeakHeapInUse), mib(m.RSSFirstHalfMax), mib(m.RSSSecondHalfMax))
+	fmt.Fprintf(w, "  %-34s %s allocated, %d collections; %d LZ4 batches decompressed, %d into reused buffers, %d left to the collector\n", "Go heap",
+		mib(m.TotalAlloc), m.NumGC, m.FetchBuffers, m.FetchBuffersReused, m.FetchBuffersForgotten)
 	tb := r.Table
 	fmt.Fprintf(w, "  %-34s data %s + log %s; live %s in %d files (version %d)\n", "bytes written", mib(tb.DataBytes), mib(tb.LogBytes), mib(tb.LiveBytes), tb.LiveFiles, tb.Version)
 	fmt.Fprintf(w, "  %-34s %.2f (bytes written / live bytes); %.2f rows written per change record (%d rows, %d change records, %d rows live)\n",
