@@ -145,3 +145,28 @@ func BenchmarkProject(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLayoutMissing asks for the new columns of a ten-column image
+// the table already has, as ensureLayout does for every change.
+//
+//	go test ./apply -run XXX -bench LayoutMissing -count 6
+func BenchmarkLayoutMissing(b *testing.B) {
+	source := []delta.StructField{{Name: "id", Type: delta.Long}}
+	img := &schema.Type{Base: schema.BaseStruct, Fields: []schema.Field{{Name: "id", Type: &schema.Type{Base: schema.BaseInt64}}}}
+	for i := 1; i < 10; i++ {
+		name := fmt.Sprintf("col_%d", i)
+		source = append(source, delta.StructField{Name: name, Type: delta.String})
+		img.Fields = append(img.Fields, schema.Field{Name: name, Type: &schema.Type{Base: schema.BaseString}})
+	}
+	l, err := NewLayout(source, []string{"id"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	row := debezium.Row{Type: img}
+	b.ReportAllocs()
+	for b.Loop() {
+		if m := l.Missing(row); len(m) != 0 {
+			b.Fatalf("missing %v", m)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package apply
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -155,7 +156,9 @@ func TestLZ4DecompressorConsumes(t *testing.T) {
 }
 
 // BenchmarkLZ4Decompress decodes a 1 MiB batch of JSON-like records as
-// franz-go's producer frames it, by franz-go's decompressor and by ours:
+// franz-go's producer frames it, by franz-go's decompressor and by ours,
+// without and with the batch pool (the batch released after each decode,
+// as the engine releases a committed batch's records):
 //
 //	go test ./apply -run XXX -bench LZ4Decompress -count 6
 func BenchmarkLZ4Decompress(b *testing.B) {
@@ -172,17 +175,43 @@ func BenchmarkLZ4Decompress(b *testing.B) {
 		b.Fatal(err)
 	}
 	frame := buf.Bytes()
+	// The batch as one record, so that releasing it returns the buffer.
+	record := binary.AppendVarint(nil, int64(text.Len()))
+	record = append(record, text.Bytes()...)
+	var pooledFrame bytes.Buffer
+	w = lz4.NewWriter(&pooledFrame)
+	if _, err := w.Write(record); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	pool := newBatchPool(64<<20, 256<<20)
 	for _, c := range []struct {
-		name string
-		d    kgo.Decompressor
-	}{{"franz-go", kgo.DefaultDecompressor()}, {"cdcapply", newLZ4Decompressor(nil)}} {
+		name   string
+		d      kgo.Decompressor
+		frame  []byte
+		size   int
+		pooled bool
+	}{
+		{"dec=franz-go", kgo.DefaultDecompressor(), frame, text.Len(), false},
+		{"dec=cdcapply", newLZ4Decompressor(nil), frame, text.Len(), false},
+		// Released as the engine releases a committed batch's records.
+		{"dec=cdcapply-pooled", newLZ4Decompressor(pool), pooledFrame.Bytes(), len(record), true},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			b.SetBytes(int64(text.Len()))
+			b.SetBytes(int64(c.size))
 			for i := 0; i < b.N; i++ {
-				out, err := c.d.Decompress(frame, kgo.CodecLz4)
-				if err != nil || len(out) != text.Len() {
+				out, err := c.d.Decompress(c.frame, kgo.CodecLz4)
+				if err != nil || len(out) != c.size {
 					b.Fatalf("%d bytes, err %v", len(out), err)
 				}
+				if c.pooled {
+					releaseAll(pool, out)
+				}
+			}
+			if _, reused, _ := pool.stats(); c.pooled && b.N > 1 && reused == 0 {
+				b.Fatal("the pooled decompressor never reused a buffer")
 			}
 		})
 	}
