@@ -59,8 +59,9 @@ type projection struct {
 	// key holds, for each of the layout's key columns (Key order), the
 	// index of typ's field of that name, -1 if typ has none.
 	key []int
-	// missing is set when some field of typ is not a layout column.
-	missing bool
+	// missing is set when some field of typ is not a layout column;
+	// identity when typ's fields are the layout's columns in order.
+	missing, identity bool
 }
 
 // projectionOf returns the projection of t, cached for the next change.
@@ -79,6 +80,10 @@ func (l *Layout) projectionOf(t *schema.Type) *projection {
 	}
 	for j, k := range l.Key {
 		p.key[j] = t.Field(l.Source[k].Name)
+	}
+	p.identity = len(t.Fields) == len(l.Source)
+	for i, col := range p.cols {
+		p.identity = p.identity && col == i
 	}
 	l.proj.Store(p)
 	return p
@@ -193,7 +198,8 @@ func (e *ProjectError) Error() string { return e.Reason + ": " + e.Detail }
 // columns are unavailable, the key encoded canonically and the sequence as
 // its order-preserving key. Columns of the table the image lacks are NULL
 // for creates and updates (the source no longer sends them), and the image
-// must not have columns the layout lacks (extend the layout first).
+// must not have columns the layout lacks (extend the layout first). The
+// change may take over the image's values (the caller gives ch up).
 func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 	if !ch.Seq.Valid() {
 		return nil, &ProjectError{"null_sequence", "the change has no source sequence"}
@@ -203,23 +209,36 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
 		Delete:         ch.Op == debezium.OpDelete,
 		SourceTsMicros: ch.SourceTsMs * 1000,
-		Values:         make([]schema.Value, len(l.Source)),
 	}
 	img := ch.After
 	if out.Delete {
 		img = ch.Before
-		for i := range out.Values {
-			out.Values[i] = schema.Unavailable
-		}
 	}
 	var p *projection
 	if img.Present() {
 		p = l.projectionOf(img.Type)
+	}
+	n := len(l.Source)
+	shared := !out.Delete && p != nil && p.identity && len(img.Values) == n
+	if shared {
+		// The image is the row in table order: its values become the
+		// change's (capacity cut, so that a schema evolution's append
+		// copies instead of writing past them).
+		out.Values = img.Values[:n:n]
+	} else {
+		out.Values = make([]schema.Value, n)
+	}
+	if out.Delete {
+		for i := range out.Values {
+			out.Values[i] = schema.Unavailable
+		}
+	}
+	if p != nil {
 		for i, col := range p.cols {
 			if col < 0 {
 				return nil, &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", img.Type.Fields[i].Name)}
 			}
-			if !out.Delete {
+			if !out.Delete && !shared {
 				out.Values[col] = img.Values[i]
 			}
 		}

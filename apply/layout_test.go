@@ -86,6 +86,44 @@ func TestProject(t *testing.T) {
 	}
 }
 
+// TestProjectTableOrder: an image whose columns are the table's in order
+// gives the change its values without a copy, yet appending to them (a
+// schema evolution pads buffered changes) never writes past them into
+// the decoder's next values; a delete never writes into its image.
+func TestProjectTableOrder(t *testing.T) {
+	l, err := NewLayout([]delta.StructField{{Name: "id", Type: delta.Long}, {Name: "name", Type: delta.String}}, []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &schema.Type{Base: schema.BaseStruct, Fields: []schema.Field{
+		{Name: "id", Type: &schema.Type{Base: schema.BaseInt64}}, {Name: "name", Type: &schema.Type{Base: schema.BaseString}}}}
+	seq := debezium.Sequence{Connector: debezium.ConnectorPostgres, N: 1}
+	seq.Parts[0] = debezium.Part{Kind: debezium.PartUint, U: 7}
+	// Two images side by side in one backing array, as the decoder's slab
+	// hands them out.
+	slab := []schema.Value{schema.Int(1), schema.String("a"), schema.Int(2), schema.String("b")}
+	first := slab[:2]
+	got, err := l.Project(&debezium.Change{Op: debezium.OpUpdate, Seq: seq, After: debezium.Row{Type: st, Values: first}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Values[0].Equal(schema.Int(1)) || !got.Values[1].Equal(schema.String("a")) {
+		t.Fatalf("values %v", got.Values)
+	}
+	_ = append(got.Values, schema.Null)
+	if !slab[2].Equal(schema.Int(2)) {
+		t.Fatalf("appending to a change's values wrote into the next image: %v", slab)
+	}
+	second := slab[2:4]
+	del, err := l.Project(&debezium.Change{Op: debezium.OpDelete, Seq: seq, Before: debezium.Row{Type: st, Values: second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !del.Values[1].IsUnavailable() || !slab[3].Equal(schema.String("b")) {
+		t.Fatalf("delete values %v, image now %v", del.Values, slab[2:])
+	}
+}
+
 // TestLayoutMissing: Missing names exactly the image's columns the layout
 // lacks, whichever row type was asked about before (the answer for a type
 // is cached with its projection).
