@@ -6,10 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
-	"time"
 	"unsafe"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -137,18 +135,8 @@ func TestBatchPool(t *testing.T) {
 // what was produced when it arrives and again just before its release,
 // 300 records (several batches) later.
 func TestLZ4DecompressorPool(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, p := lz4Topic(t, kgo.ProducerBatchMaxBytes(16<<10), kgo.ProducerLinger(0))
 	ctx := context.Background()
-	p, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.Lz4Compression()),
-		kgo.DefaultProduceTopic("t"), kgo.ProducerBatchMaxBytes(16<<10), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 	const n, window = 4000, 300
 	want := func(i int) string {
 		return fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, bytes.Repeat([]byte{'a' + byte(i%26)}, i%400))
@@ -174,28 +162,17 @@ func TestLZ4DecompressorPool(t *testing.T) {
 			t.Fatalf("record %d: %.40q", i, r.Value)
 		}
 	}
-	seen := 0
-	deadline := time.Now().Add(30 * time.Second)
-	for seen < n && time.Now().Before(deadline) {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		for _, r := range fs.Records() {
-			check(r, seen)
-			held = append(held, r)
-			seen++
-			if len(held) > window {
-				check(held[0], seen-len(held))
-				pool.releaseRecord(held[0])
-				held = held[1:]
-			}
+	consumeAll(t, cl, n, func(r *kgo.Record, i int) {
+		check(r, i)
+		held = append(held, r)
+		if len(held) > window {
+			check(held[0], i+1-len(held))
+			pool.releaseRecord(held[0])
+			held = held[1:]
 		}
-	}
-	if seen != n {
-		t.Fatalf("consumed %d of %d records", seen, n)
-	}
+	})
 	for i, r := range held {
-		check(r, seen-len(held)+i)
+		check(r, n-len(held)+i)
 	}
 	if d.decoded.Load() < 10 || pool.reused == 0 {
 		t.Fatalf("%d batches decoded, %d buffers reused: the test did not exercise reuse", d.decoded.Load(), pool.reused)

@@ -11,6 +11,15 @@ import (
 	"github.com/cdcapply/cdcapply/schema"
 )
 
+// int64Row is a row type of int64 fields of the given names.
+func int64Row(names ...string) *schema.Type {
+	st := &schema.Type{Base: schema.BaseStruct}
+	for _, n := range names {
+		st.Fields = append(st.Fields, schema.Field{Name: n, Type: &schema.Type{Base: schema.BaseInt64}})
+	}
+	return st
+}
+
 // TestProject: Project places an image's values by column name whatever
 // the image's column order, takes the key from the image or else from the
 // record key, refuses a column the table lacks, and turns a delete into
@@ -23,16 +32,9 @@ func TestProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ := func(names ...string) *schema.Type {
-		st := &schema.Type{Base: schema.BaseStruct}
-		for _, n := range names {
-			st.Fields = append(st.Fields, schema.Field{Name: n, Type: &schema.Type{Base: schema.BaseInt64}})
-		}
-		return st
-	}
-	reordered := typ("n", "name", "id")  // the table's columns in another order
-	noKey := typ("name", "n")            // an image without the key column
-	extra := typ("id", "name", "n", "z") // a column the table lacks
+	reordered := int64Row("n", "name", "id")  // the table's columns in another order
+	noKey := int64Row("name", "n")            // an image without the key column
+	extra := int64Row("id", "name", "n", "z") // a column the table lacks
 	seq := debezium.Sequence{Connector: debezium.ConnectorPostgres, N: 1}
 	seq.Parts[0] = debezium.Part{Kind: debezium.PartUint, U: 7}
 	change := func(op debezium.Op, img debezium.Row, key int64) *debezium.Change {
@@ -132,14 +134,7 @@ func TestLayoutMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ := func(names ...string) *schema.Type {
-		st := &schema.Type{Base: schema.BaseStruct}
-		for _, n := range names {
-			st.Fields = append(st.Fields, schema.Field{Name: n, Type: &schema.Type{Base: schema.BaseInt64}})
-		}
-		return st
-	}
-	known, wider, other := typ("name", "id"), typ("id", "z", "name", "y"), typ("id")
+	known, wider, other := int64Row("name", "id"), int64Row("id", "z", "name", "y"), int64Row("id")
 	cases := []struct {
 		typ  *schema.Type
 		want []string

@@ -107,20 +107,48 @@ func TestLZ4DecompressorFallsBack(t *testing.T) {
 	}
 }
 
-// TestLZ4DecompressorConsumes: records produced lz4-compressed into kfake
-// are consumed through it unchanged.
-func TestLZ4DecompressorConsumes(t *testing.T) {
+// lz4Topic starts a kfake cluster with a topic "t" and a producer that
+// compresses its batches with LZ4; both are closed with the test.
+func lz4Topic(t *testing.T, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	ctx := context.Background()
-	p, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.DefaultProduceTopic("t"))
+	t.Cleanup(c.Close)
+	p, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.DefaultProduceTopic("t")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return c, p
+}
+
+// consumeAll polls cl until n records arrived, handing each to fn with
+// its number, and fails the test if they do not within 30 s.
+func consumeAll(t *testing.T, cl *kgo.Client, n int, fn func(r *kgo.Record, i int)) {
+	t.Helper()
+	seen := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for seen < n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		for _, r := range fs.Records() {
+			fn(r, seen)
+			seen++
+		}
+	}
+	if seen != n {
+		t.Fatalf("consumed %d of %d records", seen, n)
+	}
+}
+
+// TestLZ4DecompressorConsumes: records produced lz4-compressed into kfake
+// are consumed through it unchanged.
+func TestLZ4DecompressorConsumes(t *testing.T) {
+	c, p := lz4Topic(t)
+	ctx := context.Background()
 	const n = 2000
 	for i := range n {
 		p.Produce(ctx, &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d,"pad":"%s"}`, i, bytes.Repeat([]byte("x"), i%500))}, nil)
@@ -134,22 +162,11 @@ func TestLZ4DecompressorConsumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	seen := 0
-	deadline := time.Now().Add(30 * time.Second)
-	for seen < n && time.Now().Before(deadline) {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		for _, r := range fs.Records() {
-			if want := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, seen, bytes.Repeat([]byte("x"), seen%500)); string(r.Value) != want {
-				t.Fatalf("record %d: %q", seen, r.Value)
-			}
-			seen++
+	consumeAll(t, cl, n, func(r *kgo.Record, i int) {
+		if want := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, bytes.Repeat([]byte("x"), i%500)); string(r.Value) != want {
+			t.Fatalf("record %d: %q", i, r.Value)
 		}
-	}
-	if seen != n {
-		t.Fatalf("consumed %d of %d records", seen, n)
-	}
+	})
 	if d.decoded.Load() == 0 {
 		t.Fatal("no batch was decoded by lz4Decompressor itself")
 	}
