@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cdcapply/cdcapply/debezium"
 )
 
 // batchPool recycles the buffers LZ4 record batches are decompressed
@@ -19,10 +21,12 @@ import (
 // records' keys, values and headers point into it, and so does each
 // change's Raw until its batch is committed. When a buffer is filled, its
 // records are counted (the v2 record layout, as franz-go reads it); the
-// engine releases a record where it is done with it (see Engine.recycle).
-// A record never released (quarantined, dropped by a resync, filtered by
-// the client) keeps its buffer out of the pool: the collector frees it as
-// before. So a missed release costs only memory reuse, and the one thing
+// engine releases a record where it is done with it: a skipped record
+// when routed, a change's record once its batch is committed, a rejected
+// record once the quarantine has copied it. A record never released (a
+// truncate, a batch dropped by a resync or a revocation, records the
+// client filtered) keeps its buffer out of the pool: the collector frees
+// it as before. So a missed release costs only memory reuse, and the one thing
 // that must never happen is releasing a record twice or too early.
 type batchPool struct {
 	mu   sync.Mutex
@@ -157,13 +161,31 @@ func (p *batchPool) releaseChanges(changes []*Change) {
 	}
 	p.release(func(yield func([]byte) bool) {
 		for _, c := range changes {
-			if r := c.Raw; r != nil {
-				if !yield(recordBytes(r.Key, r.Value, len(r.Headers), func(i int) []byte { return r.Headers[i].Value })) {
-					return
-				}
+			if c.Raw != nil && !yield(sourceBytes(c.Raw)) {
+				return
 			}
 		}
 	})
+}
+
+// releaseRejected releases the records of a batch's rejections once the
+// quarantine has copied them.
+func (p *batchPool) releaseRejected(rejected []Rejected) {
+	if p == nil || len(rejected) == 0 {
+		return
+	}
+	p.release(func(yield func([]byte) bool) {
+		for i := range rejected {
+			if !yield(sourceBytes(&rejected[i].Record)) {
+				return
+			}
+		}
+	})
+}
+
+// sourceBytes is recordBytes of a record as the decoder took it.
+func sourceBytes(r *debezium.Record) []byte {
+	return recordBytes(r.Key, r.Value, len(r.Headers), func(i int) []byte { return r.Headers[i].Value })
 }
 
 // recordBytes returns one non-empty slice of a record's bytes: its value,
@@ -263,4 +285,11 @@ func (p *batchPool) stats() (registered, reused, forgotten int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.registered, p.reused, p.forgotten
+}
+
+// outstanding returns how many registered buffers still have records out.
+func (p *batchPool) outstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live)
 }

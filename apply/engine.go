@@ -1090,6 +1090,9 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 			e.resync(ctx, t)
 			return false
 		}
+		// The quarantine holds copies of their bytes now; only their
+		// reasons are read after this (metrics).
+		e.batches.releaseRejected(t.buf.rejected)
 	}
 	if t.applier.Layout() == nil {
 		// Only skipped or quarantined records and no table yet: the

@@ -306,6 +306,14 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	if filled, reused, _ := e.FetchBuffers(); filled == 0 || reused == 0 {
 		t.Errorf("%d LZ4 batches decompressed, %d into reused buffers: the batch pool was not exercised", filled, reused)
 	}
+	// Every record was released (applied, skipped, quarantined): once the
+	// last batch settles no buffer has records out.
+	for deadline := time.Now().Add(10 * time.Second); e.batches.outstanding() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.batches.outstanding(); n > 0 {
+		t.Errorf("%d decompressed batches still have records out after the last commit", n)
+	}
 }
 
 // TestEngineAdditiveSchema: a column added mid-stream joins the table in
