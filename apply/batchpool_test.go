@@ -127,6 +127,16 @@ func TestBatchPool(t *testing.T) {
 	if tiny.freeBytes > 2*len(data) || len(tiny.free) != 2 {
 		t.Fatalf("free list %d buffers, %d bytes", len(tiny.free), tiny.freeBytes)
 	}
+	// ... and at most maxFreeBuffers buffers, the newest.
+	many := newBatchPool(1<<30, 1<<20)
+	var last []byte
+	for range maxFreeBuffers + 10 {
+		last = make([]byte, 0, 64)
+		many.put(last)
+	}
+	if len(many.free) != maxFreeBuffers || !sameArray(many.free[len(many.free)-1][:1], last[:1]) {
+		t.Fatalf("free list %d buffers (newest kept: %v)", len(many.free), sameArray(many.free[len(many.free)-1][:1], last[:1]))
+	}
 }
 
 // TestLZ4DecompressorPool: records consumed lz4-compressed through a
