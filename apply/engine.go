@@ -69,8 +69,9 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
-	// batches recycles the buffers LZ4 batches are decompressed into;
-	// recycle releases a record's share of one.
+	// batches recycles the buffers LZ4 batches are decompressed into; a
+	// record is released to it where the engine is done with it (see
+	// batchPool).
 	batches *batchPool
 
 	// predecodedUsed counts records routed with predecode's result, and
@@ -219,8 +220,8 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 	// Records hold their decompressed batches while buffered: per table
 	// up to backlog_factor batches being read and one committing, each up
 	// to max_bytes, and a batch's buffers are released at its commit. The
-	// pool keeps one batch's worth for reuse and tracks what records may
-	// hold, plus what the client has fetched ahead.
+	// pool keeps up to two max_bytes (and 256 buffers) for reuse and tracks
+	// what records may hold, plus what the client has fetched ahead.
 	live, free := int64(128<<20), int64(0)
 	for _, t := range cfg.Tables {
 		live += int64(t.Flush.BacklogFactor+2) * t.Flush.MaxBytes
@@ -797,6 +798,7 @@ func (e *Engine) route(ctx context.Context, r *kgo.Record, pre *predecoded) *tab
 	return t
 }
 
+// routeTo is route for a record whose table (nil: none) is known.
 func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *predecoded) {
 	if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
 		return // held: re-read from the table's positions on release
