@@ -100,7 +100,8 @@ func TestRebalanceAndZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +129,15 @@ func TestRebalanceAndZombie(t *testing.T) {
 	var pauseMu sync.Mutex
 	pauseA := false
 	release := make(chan struct{})
+	pausedA := make(chan struct{}) // closed when A holds a batch in the pause
+	var pausedOnce sync.Once
 	a, stopA := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-a")))
 	a.beforeApply = func(string) {
 		pauseMu.Lock()
 		paused := pauseA
 		pauseMu.Unlock()
 		if paused {
+			pausedOnce.Do(func() { close(pausedA) })
 			<-release
 		}
 	}
@@ -176,6 +180,12 @@ func TestRebalanceAndZombie(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		produce(20)
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Without a batch held in the pause there is no zombie commit to fence.
+	select {
+	case <-pausedA:
+	case <-time.After(20 * time.Second):
+		t.Fatal("instance A never reached a commit after the pause began: no zombie batch")
 	}
 	// B alone owns every partition once A is out.
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
