@@ -278,11 +278,16 @@ func writeRowGroup(w *pq.Writer, rec arrow.RecordBatch, start, end int64, leafSt
 			rows := make([]slot, end-start)
 			for c := range next {
 				col := array.NewSlice(rec.Column(c), start, end)
-				for i := range rows {
-					rows[i] = slot{idx: i}
-				}
 				e.next = leafStart[c]
-				errs[c] = e.column(col, rows, true, 0)
+				switch col.(type) {
+				case *array.Struct, *array.List, *array.Map:
+					for i := range rows {
+						rows[i] = slot{idx: i}
+					}
+					errs[c] = e.column(col, rows, true, 0)
+				default:
+					errs[c] = e.flat(col)
+				}
 				col.Release()
 			}
 		}()
@@ -393,91 +398,151 @@ func isMapEntries(list array.ListLike) bool {
 	return ok
 }
 
+// leafChunk bounds how many values of a column outside lists are built
+// before they are handed to its writer, so that they are handed over
+// while still in cache: building a row group's values first (24 bytes
+// each, 2.4 MB for a 100k-row column) made storing them cost about as
+// much as parquet-go's encoding.
+const leafChunk = 8192
+
 // leaf writes one primitive column's values at the positions in slots.
 func (e *leafEncoder) leaf(arr arrow.Array, slots []slot, repeated bool) error {
 	leaf := e.next
 	e.next++
+	get, err := valueFunc(arr)
+	if err != nil {
+		return err
+	}
+	if !repeated {
+		return e.chunked(arr, slots, leaf, get)
+	}
+	// Values of one row must reach a writer together: hand them all.
 	if cap(e.vals) < len(slots) {
 		e.vals = make([]pq.Value, len(slots))
 	}
 	vals := e.vals[:len(slots)]
-	var fixed int
-	if dt, ok := arr.DataType().(*arrow.Decimal128Type); ok && dt.Precision > 18 {
-		fixed = decimalBytes(dt.Precision)
-	}
 	for k, s := range slots {
-		if s.idx < 0 {
-			vals[k] = pq.Value{}.Level(s.rep, s.def, leaf)
-			continue
-		}
-		i := s.idx
-		var v pq.Value
-		switch a := arr.(type) {
-		case *array.Boolean:
-			v = pq.BooleanValue(a.Value(i))
-		case *array.Int8:
-			v = pq.Int32Value(int32(a.Value(i)))
-		case *array.Int16:
-			v = pq.Int32Value(int32(a.Value(i)))
-		case *array.Int32:
-			v = pq.Int32Value(a.Value(i))
-		case *array.Int64:
-			v = pq.Int64Value(a.Value(i))
-		case *array.Float32:
-			v = pq.FloatValue(a.Value(i))
-		case *array.Float64:
-			v = pq.DoubleValue(a.Value(i))
-		case *array.String:
-			// Zero-copy view of the Arrow buffer: parquet-go copies the
-			// bytes into its page buffer inside WriteValues, before rec
-			// can be released, and never writes through the slice.
-			str := a.Value(i)
-			v = pq.ByteArrayValue(unsafe.Slice(unsafe.StringData(str), len(str)))
-		case *array.Binary:
-			v = pq.ByteArrayValue(a.Value(i))
-		case *array.Date32:
-			v = pq.Int32Value(int32(a.Value(i)))
-		case *array.Timestamp:
-			v = pq.Int64Value(int64(a.Value(i)))
-		case *array.Decimal128:
-			d := a.Value(i)
-			switch {
-			case fixed > 0:
-				var be [16]byte
-				binary.BigEndian.PutUint64(be[:8], uint64(d.HighBits()))
-				binary.BigEndian.PutUint64(be[8:], d.LowBits())
-				v = pq.FixedLenByteArrayValue(be[16-fixed:])
-			case a.DataType().(*arrow.Decimal128Type).Precision <= 9:
-				v = pq.Int32Value(int32(d.LowBits()))
-			default:
-				v = pq.Int64Value(int64(d.LowBits()))
-			}
-		default:
-			return fmt.Errorf("writing %s is not supported yet", arr.DataType())
+		v := pq.Value{}
+		if s.idx >= 0 {
+			v = get(s.idx)
 		}
 		vals[k] = v.Level(s.rep, s.def, leaf)
 	}
-	if repeated {
-		// Values of one row must reach a writer together: hand them all.
-		if _, err := e.cols[leaf].WriteRowValues(vals); err != nil {
-			return fmt.Errorf("write values: %w", err)
-		}
-		return nil
+	if _, err := e.cols[leaf].WriteRowValues(vals); err != nil {
+		return fmt.Errorf("write values: %w", err)
 	}
-	from, bytes := 0, 0
-	for k := range vals {
-		switch vals[k].Kind() {
-		case pq.ByteArray, pq.FixedLenByteArray:
-			bytes += 4 + len(vals[k].ByteArray())
-		default:
-			bytes += 8
-		}
-		if bytes >= e.chunk || k == len(vals)-1 {
-			if _, err := e.cols[leaf].WriteRowValues(vals[from : k+1]); err != nil {
-				return fmt.Errorf("write values: %w", err)
+	return nil
+}
+
+// flat writes a top-level primitive column: its slots would only say
+// that a value has definition level 1 and a null 0.
+func (e *leafEncoder) flat(arr arrow.Array) error {
+	leaf := e.next
+	e.next++
+	get, err := valueFunc(arr)
+	if err != nil {
+		return err
+	}
+	return e.chunked(arr, nil, leaf, get)
+}
+
+// chunked hands a column's values (at slots, or with slots nil each of
+// arr's values in turn) to leaf's writer about e.chunk bytes at a time, so
+// that parquet-go cuts pages near the page size whatever the value size
+// (handed a row group's values at once, it cuts only every 1024 values,
+// which made a wide text column's pages hundreds of KiB and a point read
+// decompress all of one for a single value). The levels are set in place:
+// parquet-go's Level does not inline, and cost as much as the rest of the
+// loop.
+func (e *leafEncoder) chunked(arr arrow.Array, slots []slot, leaf int, get func(int) pq.Value) error {
+	n := len(slots)
+	if slots == nil {
+		n = arr.Len()
+	}
+	if cap(e.vals) < min(n, leafChunk) {
+		e.vals = make([]pq.Value, min(n, leafChunk))
+	}
+	for k := 0; k < n; {
+		vals := e.vals[:min(n-k, leafChunk)]
+		m, bytes := 0, 0
+		for ; m < len(vals) && bytes < e.chunk; k, m = k+1, m+1 {
+			idx, def, rep := k, 1, 0
+			if slots != nil {
+				idx, def, rep = slots[k].idx, slots[k].def, slots[k].rep
+			} else if arr.IsNull(k) {
+				idx, def = -1, 0
 			}
-			from, bytes = k+1, 0
+			v := pq.Value{}
+			if idx >= 0 {
+				v = get(idx)
+			}
+			v.SetRepetitionLevel(rep)
+			v.SetDefinitionLevel(def)
+			v.SetColumnIndex(leaf)
+			vals[m] = v
+			switch v.Kind() {
+			case pq.ByteArray, pq.FixedLenByteArray:
+				bytes += 4 + len(v.ByteArray())
+			default:
+				bytes += 8
+			}
+		}
+		if _, err := e.cols[leaf].WriteRowValues(vals[:m]); err != nil {
+			return fmt.Errorf("write values: %w", err)
 		}
 	}
 	return nil
+}
+
+// valueFunc returns the function that makes arr's value i a parquet-go
+// value: the type is decided once per column, not once per value.
+func valueFunc(arr arrow.Array) (func(i int) pq.Value, error) {
+	switch a := arr.(type) {
+	case *array.Boolean:
+		return func(i int) pq.Value { return pq.BooleanValue(a.Value(i)) }, nil
+	case *array.Int8:
+		return func(i int) pq.Value { return pq.Int32Value(int32(a.Value(i))) }, nil
+	case *array.Int16:
+		return func(i int) pq.Value { return pq.Int32Value(int32(a.Value(i))) }, nil
+	case *array.Int32:
+		return func(i int) pq.Value { return pq.Int32Value(a.Value(i)) }, nil
+	case *array.Int64:
+		return func(i int) pq.Value { return pq.Int64Value(a.Value(i)) }, nil
+	case *array.Float32:
+		return func(i int) pq.Value { return pq.FloatValue(a.Value(i)) }, nil
+	case *array.Float64:
+		return func(i int) pq.Value { return pq.DoubleValue(a.Value(i)) }, nil
+	case *array.String:
+		// Zero-copy view of the Arrow buffer: parquet-go copies the bytes
+		// into its page buffer inside WriteRowValues, before the record
+		// can be released, and never writes through the slice.
+		return func(i int) pq.Value {
+			str := a.Value(i)
+			return pq.ByteArrayValue(unsafe.Slice(unsafe.StringData(str), len(str)))
+		}, nil
+	case *array.Binary:
+		return func(i int) pq.Value { return pq.ByteArrayValue(a.Value(i)) }, nil
+	case *array.Date32:
+		return func(i int) pq.Value { return pq.Int32Value(int32(a.Value(i))) }, nil
+	case *array.Timestamp:
+		return func(i int) pq.Value { return pq.Int64Value(int64(a.Value(i))) }, nil
+	case *array.Decimal128:
+		precision := a.DataType().(*arrow.Decimal128Type).Precision
+		switch {
+		case precision > 18:
+			fixed := decimalBytes(precision)
+			return func(i int) pq.Value {
+				d := a.Value(i)
+				var be [16]byte
+				binary.BigEndian.PutUint64(be[:8], uint64(d.HighBits()))
+				binary.BigEndian.PutUint64(be[8:], d.LowBits())
+				return pq.FixedLenByteArrayValue(be[16-fixed:])
+			}, nil
+		case precision <= 9:
+			return func(i int) pq.Value { return pq.Int32Value(int32(a.Value(i).LowBits())) }, nil
+		default:
+			return func(i int) pq.Value { return pq.Int64Value(int64(a.Value(i).LowBits())) }, nil
+		}
+	}
+	return nil, fmt.Errorf("writing %s is not supported yet", arr.DataType())
 }
