@@ -178,10 +178,13 @@ func (l Layout) fieldStats(sel *statsSelector, path []string, f delta.StructFiel
 	if !sel.take(path) {
 		return
 	}
-	n := 0
-	for i := 0; i < arr.Len(); i++ {
-		if arr.IsNull(i) || (parentNull != nil && parentNull[i]) {
-			n++
+	n := arr.NullN()
+	if parentNull != nil {
+		n = 0
+		for i := 0; i < arr.Len(); i++ {
+			if arr.IsNull(i) || parentNull[i] {
+				n++
+			}
 		}
 	}
 	nulls.set(name, json.RawMessage(strconv.Itoa(n)))
@@ -248,7 +251,12 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		mn, mx := a.Value(first), a.Value(first)
 		for i := first + 1; i < a.Len(); i++ {
 			if valid(i) {
-				mn, mx = min(mn, a.Value(i)), max(mx, a.Value(i))
+				// One comparison for most values, not two.
+				if v := a.Value(i); v < mn {
+					mn = v
+				} else if v > mx {
+					mx = v
+				}
 			}
 		}
 		return str(mn.FormattedString()), str(mx.FormattedString()), true
@@ -256,7 +264,12 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		mn, mx := a.Value(first), a.Value(first)
 		for i := first + 1; i < a.Len(); i++ {
 			if valid(i) {
-				mn, mx = min(mn, a.Value(i)), max(mx, a.Value(i))
+				// One comparison for most values, not two.
+				if v := a.Value(i); v < mn {
+					mn = v
+				} else if v > mx {
+					mx = v
+				}
 			}
 		}
 		utc := a.DataType().(*arrow.TimestampType).TimeZone != ""
@@ -282,7 +295,12 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		mn, mx := a.Value(first), a.Value(first)
 		for i := first + 1; i < a.Len(); i++ {
 			if valid(i) {
-				mn, mx = min(mn, a.Value(i)), max(mx, a.Value(i))
+				// One comparison for most values, not two.
+				if v := a.Value(i); v < mn {
+					mn = v
+				} else if v > mx {
+					mx = v
+				}
 			}
 		}
 		hi, ok := truncateMax(mx)
