@@ -5,7 +5,8 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"runtime"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cdcapply/cdcapply/debezium"
@@ -171,20 +172,58 @@ func mergeByKey(outs [][]Reduced) []Reduced {
 
 // reduceShard is Reduce on one goroutine.
 func reduceShard(batch []*Change) []Reduced {
-	groups := make(map[string][]*Change, len(batch))
-	for _, c := range batch {
-		groups[c.Key] = append(groups[c.Key], c)
+	// Group without a slice per key: number the keys in arrival order,
+	// count each key's changes, sort the distinct keys, then place the
+	// changes key after key into one array (batch order within a key).
+	type keyGroup struct {
+		key        string
+		start, end int32
 	}
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
+	ids := make(map[string]int32, len(batch))
+	groups := make([]keyGroup, 0, len(batch))
+	gid := make([]int32, len(batch))
+	for i, c := range batch {
+		id, ok := ids[c.Key]
+		if !ok {
+			id = int32(len(groups))
+			ids[c.Key] = id
+			groups = append(groups, keyGroup{key: c.Key})
+		}
+		gid[i] = id
+		groups[id].end++ // the count, for now
 	}
-	sort.Strings(keys)
-	out := make([]Reduced, 0, len(keys))
-	for _, k := range keys {
-		g := groups[k]
+	order := make([]keyGroup, len(groups))
+	copy(order, groups)
+	for i := range order {
+		order[i].start = int32(i) // the key's id, for now
+	}
+	slices.SortFunc(order, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
+	next := make([]int32, len(groups)) // by id: where its next change goes
+	off := int32(0)
+	for i := range order {
+		id, n := order[i].start, order[i].end
+		next[id] = off
+		order[i].start, order[i].end = off, off+n
+		off += n
+	}
+	placed := make([]*Change, len(batch))
+	for i, c := range batch {
+		placed[next[gid[i]]] = c
+		next[gid[i]]++
+	}
+	out := make([]Reduced, 0, len(order))
+	for _, kg := range order {
+		g := placed[kg.start:kg.end:kg.end]
 		if len(g) > 1 {
-			sort.Slice(g, func(i, j int) bool { return g[j].newer(g[i]) })
+			slices.SortFunc(g, func(a, b *Change) int {
+				switch {
+				case a.newer(b):
+					return 1
+				case b.newer(a):
+					return -1
+				}
+				return 0
+			})
 		}
 		w := g[len(g)-1]
 		r := Reduced{Winner: w, Changes: g, unavail: 1}
@@ -197,14 +236,14 @@ func reduceShard(batch []*Change) []Reduced {
 			} else {
 				r.unavail = 0
 			}
-			for i := len(g) - 2; i >= 0; i-- {
+			for k := len(g) - 2; k >= 0; k-- {
 				// An older change with the same sequence is a replay of
 				// the winner, not a previous version.
-				if bytes.Equal(g[i].Seq, w.Seq) {
+				if bytes.Equal(g[k].Seq, w.Seq) {
 					continue
 				}
-				if ov := g[i].Values[col]; !ov.IsUnavailable() {
-					r.Fills = append(r.Fills, Fill{Column: col, Value: ov, Seq: g[i].Seq})
+				if ov := g[k].Values[col]; !ov.IsUnavailable() {
+					r.Fills = append(r.Fills, Fill{Column: col, Value: ov, Seq: g[k].Seq})
 					break
 				}
 			}
