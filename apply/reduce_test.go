@@ -304,3 +304,58 @@ func TestReduceNotesUnavailableColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestReduceKeyOrder: Reduce's keys come out in strictly increasing byte
+// order, each with every change of its key oldest first, for keys that
+// share long prefixes, hold zero bytes, are prefixes of one another or
+// are empty, and for integer keys encoded as the engine encodes them.
+func TestReduceKeyOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	alphabet := []byte{0, 1, 'a', 'b', 0xff}
+	var batch []*Change
+	for i := range 3 * reduceShardMin {
+		var key string
+		if i%2 == 0 {
+			b := make([]byte, rng.IntN(20))
+			for j := range b {
+				b[j] = alphabet[rng.IntN(len(alphabet))]
+			}
+			if rng.IntN(4) == 0 { // a long shared prefix
+				b = append([]byte("customer-000000-"), b...)
+			}
+			key = string(b)
+		} else {
+			key = EncodeKey([]schema.Value{schema.Int(rng.Int64N(1<<20) - 1<<19)}, []int{0})
+		}
+		batch = append(batch, chg(key, uint64(rng.IntN(1000)), int64(i), false, schema.Int(int64(i))))
+	}
+	count := map[string]int{}
+	for _, c := range batch {
+		count[c.Key]++
+	}
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprint(procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			out := Reduce(batch)
+			if len(out) != len(count) {
+				t.Fatalf("%d keys, want %d", len(out), len(count))
+			}
+			for i, r := range out {
+				if i > 0 && out[i-1].Winner.Key >= r.Winner.Key {
+					t.Fatalf("key %d %q after %q", i, r.Winner.Key, out[i-1].Winner.Key)
+				}
+				if len(r.Changes) != count[r.Winner.Key] {
+					t.Fatalf("key %q: %d changes, want %d", r.Winner.Key, len(r.Changes), count[r.Winner.Key])
+				}
+				for j, c := range r.Changes {
+					if c.Key != r.Winner.Key || j > 0 && !c.newer(r.Changes[j-1]) {
+						t.Fatalf("key %q: change %d (%q) out of place", r.Winner.Key, j, c.Key)
+					}
+				}
+				if r.Winner != r.Changes[len(r.Changes)-1] {
+					t.Fatalf("key %q: the winner is not the newest change", r.Winner.Key)
+				}
+			}
+		})
+	}
+}
