@@ -2,6 +2,7 @@ package apply
 
 import (
 	"cmp"
+	"encoding/hex"
 	"fmt"
 	"runtime"
 	"sync"
@@ -68,8 +69,10 @@ func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch,
 	del := b.Field(nSource + 1).(*array.BooleanBuilder)
 	src := b.Field(nSource + 2).(*array.TimestampBuilder)
 	app := b.Field(nSource + 3).(*array.TimestampBuilder)
+	var hexSeq []byte // SeqText without a string per row
 	for _, r := range rows {
-		seq.Append(SeqText(r.Seq))
+		hexSeq = hex.AppendEncode(hexSeq[:0], r.Seq)
+		seq.BinaryBuilder.Append(hexSeq)
 		del.Append(r.Deleted)
 		if r.SourceTsMicros == 0 {
 			src.AppendNull()
@@ -87,11 +90,78 @@ func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch,
 
 // appendColumns appends the rows' values of source columns [from, to).
 func appendColumns(sch *arrow.Schema, fbs []array.Builder, rows []Row, from, to int) error {
+	fast := make([]func(schema.Value) bool, to-from)
+	for i := range fast {
+		fast[i] = fastAppender(fbs[from+i])
+	}
 	for r := range rows {
 		for i, v := range rows[r].Values[from:to] {
+			if f := fast[i]; f != nil && f(v) {
+				continue
+			}
 			if err := appendValue(fbs[from+i], v); err != nil {
 				return fmt.Errorf("column %s row %d: %w", sch.Field(from+i).Name, r, err)
 			}
+		}
+	}
+	return nil
+}
+
+// fastAppender returns, for a builder of a common flat type, a function
+// that appends a value as appendValue would and reports whether it did
+// (false: null, unavailable or a kind it leaves to appendValue); nil for
+// the other types. The builder's type is then decided once per column,
+// not once per value.
+func fastAppender(b array.Builder) func(schema.Value) bool {
+	present := func(v schema.Value) bool { return !v.IsNull() && !v.IsUnavailable() }
+	switch b := b.(type) {
+	case *array.Int64Builder:
+		return func(v schema.Value) bool {
+			if !present(v) {
+				return false
+			}
+			b.Append(v.I)
+			return true
+		}
+	case *array.Int32Builder:
+		return func(v schema.Value) bool {
+			if !present(v) {
+				return false
+			}
+			b.Append(int32(v.I))
+			return true
+		}
+	case *array.TimestampBuilder:
+		return func(v schema.Value) bool {
+			if !present(v) {
+				return false
+			}
+			b.Append(arrow.Timestamp(v.I))
+			return true
+		}
+	case *array.BooleanBuilder:
+		return func(v schema.Value) bool {
+			if !present(v) {
+				return false
+			}
+			b.Append(v.I != 0)
+			return true
+		}
+	case *array.Float64Builder:
+		return func(v schema.Value) bool {
+			if v.Kind != schema.KindFloat {
+				return false
+			}
+			b.Append(v.Float())
+			return true
+		}
+	case *array.StringBuilder:
+		return func(v schema.Value) bool {
+			if v.Kind != schema.KindString {
+				return false
+			}
+			b.Append(v.S)
+			return true
 		}
 	}
 	return nil

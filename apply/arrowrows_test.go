@@ -62,11 +62,28 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 			t.Errorf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
 		}
 	}
-	// The placeholder must never be written.
-	bad := append([]schema.Value(nil), full...)
-	bad[7] = schema.Unavailable
-	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
-		t.Error("writing the unavailable placeholder must fail")
+	// The placeholder must never be written, in a column of any type.
+	for _, c := range []int{4, 6, 7, 10, 12} {
+		bad := append([]schema.Value(nil), full...)
+		bad[c] = schema.Unavailable
+		if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
+			t.Errorf("writing the unavailable placeholder in %s must fail", l.Source[c].Name)
+		}
+	}
+	// An integer into a double column, a decimal into a string column.
+	mixed := append([]schema.Value(nil), full...)
+	mixed[6], mixed[7] = schema.Int(3), schema.Value{Kind: schema.KindDecimal, I: 12345, Scale: 2}
+	rec2, err := rowsToArrow(sch, len(l.Source), []Row{{Values: mixed, Seq: []byte{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec2.Release()
+	back2, err := arrowToRows(rec2, len(l.Source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back2[0].Values; !got[6].Equal(schema.Float(3)) || !got[7].Equal(schema.String("123.45")) {
+		t.Errorf("mixed kinds: f64 %#v, s %#v", got[6], got[7])
 	}
 }
 
