@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/schema"
@@ -42,15 +44,7 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := rowsToArrow(sch, len(l.Source), rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
-	back, err := arrowToRows(rec, len(l.Source))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := arrowRoundTrip(t, sch, len(l.Source), rows)
 	for r := range rows {
 		for c := range rows[r].Values {
 			if !back[r].Values[c].Equal(rows[r].Values[c]) {
@@ -73,18 +67,24 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	// An integer into a double column, a decimal into a string column.
 	mixed := append([]schema.Value(nil), full...)
 	mixed[6], mixed[7] = schema.Int(3), schema.Value{Kind: schema.KindDecimal, I: 12345, Scale: 2}
-	rec2, err := rowsToArrow(sch, len(l.Source), []Row{{Values: mixed, Seq: []byte{1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec2.Release()
-	back2, err := arrowToRows(rec2, len(l.Source))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := back2[0].Values; !got[6].Equal(schema.Float(3)) || !got[7].Equal(schema.String("123.45")) {
+	if got := arrowRoundTrip(t, sch, len(l.Source), []Row{{Values: mixed, Seq: []byte{1}}})[0].Values; !got[6].Equal(schema.Float(3)) || !got[7].Equal(schema.String("123.45")) {
 		t.Errorf("mixed kinds: f64 %#v, s %#v", got[6], got[7])
 	}
+}
+
+// arrowRoundTrip converts rows to an Arrow record of sch and back.
+func arrowRoundTrip(t *testing.T, sch *arrow.Schema, nSource int, rows []Row) []Row {
+	t.Helper()
+	rec, err := rowsToArrow(sch, nSource, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	back, err := arrowToRows(rec, nSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
 }
 
 // TestRowsToArrowBothHalves: a batch large enough to be built on two
