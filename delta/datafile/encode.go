@@ -258,11 +258,10 @@ func countLeaves(n pq.Node) int {
 // writeRowGroup writes rows [start, end) of rec as one row group. Its
 // top-level columns are encoded on up to GOMAXPROCS goroutines, each into
 // its own column writers (parquet-go's concurrent row group), then the
-// group is committed. Values reach a flat column's writer page by page
-// (pageChunk), so pages are cut near page bytes whatever the value size:
-// handed a group's values at once, parquet-go cuts pages only every 1024
-// values, which made a wide text column's pages hundreds of KiB and a
-// point read (ReadColumnsAt) decompress all of one for a single value.
+// group is committed. A column outside lists reaches its writer a
+// quarter page at a time (chunked), so pages are cut near page bytes
+// whatever the value size; a top-level primitive column skips the slots
+// (flat).
 func writeRowGroup(w *pq.Writer, rec arrow.RecordBatch, start, end int64, leafStart []int, page int) error {
 	rg := w.BeginRowGroup()
 	cols := rg.ColumnWriters()
