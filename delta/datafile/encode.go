@@ -260,8 +260,7 @@ func countLeaves(n pq.Node) int {
 // its own column writers (parquet-go's concurrent row group), then the
 // group is committed. A column outside lists reaches its writer a
 // quarter page at a time (chunked), so pages are cut near page bytes
-// whatever the value size; a top-level primitive column skips the slots
-// (flat).
+// whatever the value size; a top-level primitive column needs no slots.
 func writeRowGroup(w *pq.Writer, rec arrow.RecordBatch, start, end int64, leafStart []int, page int) error {
 	rg := w.BeginRowGroup()
 	cols := rg.ColumnWriters()
@@ -285,7 +284,7 @@ func writeRowGroup(w *pq.Writer, rec arrow.RecordBatch, start, end int64, leafSt
 					}
 					errs[c] = e.column(col, rows, true, 0)
 				default:
-					errs[c] = e.flat(col)
+					errs[c] = e.leaf(col, nil, false)
 				}
 				col.Release()
 			}
@@ -404,7 +403,9 @@ func isMapEntries(list array.ListLike) bool {
 // much as parquet-go's encoding.
 const leafChunk = 8192
 
-// leaf writes one primitive column's values at the positions in slots.
+// leaf writes one primitive column's values at the positions in slots;
+// slots nil: a top-level column, each of arr's values in turn (its slots
+// would only say that a value has definition level 1 and a null 0).
 func (e *leafEncoder) leaf(arr arrow.Array, slots []slot, repeated bool) error {
 	leaf := e.next
 	e.next++
@@ -431,18 +432,6 @@ func (e *leafEncoder) leaf(arr arrow.Array, slots []slot, repeated bool) error {
 		return fmt.Errorf("write values: %w", err)
 	}
 	return nil
-}
-
-// flat writes a top-level primitive column: its slots would only say
-// that a value has definition level 1 and a null 0.
-func (e *leafEncoder) flat(arr arrow.Array) error {
-	leaf := e.next
-	e.next++
-	get, err := valueFunc(arr)
-	if err != nil {
-		return err
-	}
-	return e.chunked(arr, nil, leaf, get)
 }
 
 // chunked hands a column's values (at slots, or with slots nil each of

@@ -2,6 +2,7 @@ package datafile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -212,13 +213,7 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 	num := func(s string) json.RawMessage { return json.RawMessage(s) }
 	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	ints := func(get func(int) int64) (json.RawMessage, json.RawMessage, bool) {
-		mn, mx := get(first), get(first)
-		for i := first + 1; i < arr.Len(); i++ {
-			if valid(i) {
-				v := get(i)
-				mn, mx = min(mn, v), max(mx, v)
-			}
-		}
+		mn, mx := bounds(first, arr.Len(), valid, get)
 		return num(strconv.FormatInt(mn, 10)), num(strconv.FormatInt(mx, 10)), true
 	}
 	floats := func(get func(int) float64, bits int) (json.RawMessage, json.RawMessage, bool) {
@@ -248,30 +243,10 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 	case *array.Float64:
 		return floats(a.Value, 64)
 	case *array.Date32:
-		mn, mx := a.Value(first), a.Value(first)
-		for i := first + 1; i < a.Len(); i++ {
-			if valid(i) {
-				// One comparison for most values, not two.
-				if v := a.Value(i); v < mn {
-					mn = v
-				} else if v > mx {
-					mx = v
-				}
-			}
-		}
+		mn, mx := bounds(first, a.Len(), valid, a.Value)
 		return str(mn.FormattedString()), str(mx.FormattedString()), true
 	case *array.Timestamp:
-		mn, mx := a.Value(first), a.Value(first)
-		for i := first + 1; i < a.Len(); i++ {
-			if valid(i) {
-				// One comparison for most values, not two.
-				if v := a.Value(i); v < mn {
-					mn = v
-				} else if v > mx {
-					mx = v
-				}
-			}
-		}
+		mn, mx := bounds(first, a.Len(), valid, a.Value)
 		utc := a.DataType().(*arrow.TimestampType).TimeZone != ""
 		// Stats keep milliseconds: the minimum is floored and the maximum
 		// ceiled so both still bound the microsecond values.
@@ -292,17 +267,7 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		}
 		return num(decimalString(mn, scale)), num(decimalString(mx, scale)), true
 	case *array.String:
-		mn, mx := a.Value(first), a.Value(first)
-		for i := first + 1; i < a.Len(); i++ {
-			if valid(i) {
-				// One comparison for most values, not two.
-				if v := a.Value(i); v < mn {
-					mn = v
-				} else if v > mx {
-					mx = v
-				}
-			}
-		}
+		mn, mx := bounds(first, a.Len(), valid, a.Value)
 		hi, ok := truncateMax(mx)
 		if !ok {
 			return nil, nil, false
@@ -310,6 +275,23 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		return str(prefix(mn)), str(hi), true
 	}
 	return nil, nil, false
+}
+
+// bounds returns the least and greatest of get(i) for the valid i in
+// [first, n), first being valid. A value that lowers the minimum is not
+// also compared with the maximum.
+func bounds[T cmp.Ordered](first, n int, valid func(int) bool, get func(int) T) (mn, mx T) {
+	mn, mx = get(first), get(first)
+	for i := first + 1; i < n; i++ {
+		if valid(i) {
+			if v := get(i); v < mn {
+				mn = v
+			} else if v > mx {
+				mx = v
+			}
+		}
+	}
+	return mn, mx
 }
 
 // prefix returns the first StringPrefixLength characters of s: a prefix
