@@ -172,12 +172,12 @@ func mergeByKey(outs [][]Reduced) []Reduced {
 
 // reduceShard is Reduce on one goroutine.
 func reduceShard(batch []*Change) []Reduced {
-	// Group without a slice per key: number the keys in arrival order,
+	// Group without a slice per key: number the keys in arrival order and
 	// count each key's changes, sort the distinct keys, then place the
 	// changes key after key into one array (batch order within a key).
 	type keyGroup struct {
-		key        string
-		start, end int32
+		key   string
+		id, n int32
 	}
 	ids := make(map[string]int32, len(batch))
 	groups := make([]keyGroup, 0, len(batch))
@@ -187,33 +187,28 @@ func reduceShard(batch []*Change) []Reduced {
 		if !ok {
 			id = int32(len(groups))
 			ids[c.Key] = id
-			groups = append(groups, keyGroup{key: c.Key})
+			groups = append(groups, keyGroup{key: c.Key, id: id})
 		}
 		gid[i] = id
-		groups[id].end++ // the count, for now
+		groups[id].n++
 	}
-	order := make([]keyGroup, len(groups))
-	copy(order, groups)
-	for i := range order {
-		order[i].start = int32(i) // the key's id, for now
-	}
-	slices.SortFunc(order, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(groups, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
 	next := make([]int32, len(groups)) // by id: where its next change goes
 	off := int32(0)
-	for i := range order {
-		id, n := order[i].start, order[i].end
-		next[id] = off
-		order[i].start, order[i].end = off, off+n
-		off += n
+	for _, kg := range groups {
+		next[kg.id] = off
+		off += kg.n
 	}
 	placed := make([]*Change, len(batch))
 	for i, c := range batch {
 		placed[next[gid[i]]] = c
 		next[gid[i]]++
 	}
-	out := make([]Reduced, 0, len(order))
-	for _, kg := range order {
-		g := placed[kg.start:kg.end:kg.end]
+	out := make([]Reduced, 0, len(groups))
+	off = 0
+	for _, kg := range groups {
+		g := placed[off : off+kg.n : off+kg.n]
+		off += kg.n
 		if len(g) > 1 {
 			slices.SortFunc(g, func(a, b *Change) int {
 				switch {
