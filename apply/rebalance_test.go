@@ -1,8 +1,10 @@
 package apply
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -88,6 +90,25 @@ func startEngineWith(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, 
 	}
 }
 
+// syncBuffer is a bytes.Buffer that an engine's logger may write to while
+// the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // TestRebalanceAndZombie: two instances in one group on one table,
 // partitions moving between them mid-stream, and a paused instance that
 // wakes up after losing its partitions. The table equals the oracle and
@@ -131,7 +152,10 @@ func TestRebalanceAndZombie(t *testing.T) {
 	release := make(chan struct{})
 	pausedA := make(chan struct{}) // closed when A holds a batch in the pause
 	var pausedOnce sync.Once
-	a, stopA := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-a")))
+	// Each instance's log is kept: a failure shows what A did with its
+	// held batch.
+	var logA, logB syncBuffer
+	a, stopA := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
 	a.beforeApply = func(string) {
 		pauseMu.Lock()
 		paused := pauseA
@@ -145,7 +169,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 	waitPositions(t, table, "shop", "orders", p.ends)
 
 	// Instance B joins: partitions move mid-stream.
-	b, stopB := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-b")))
+	b, stopB := startEngine(t, cfg, KafkaOptions(kgo.ClientID("instance-b")), Logger(slog.New(slog.NewTextHandler(&logB, nil))))
 	for i := 0; i < 10; i++ {
 		produce(30)
 		time.Sleep(50 * time.Millisecond)
@@ -211,6 +235,10 @@ func TestRebalanceAndZombie(t *testing.T) {
 	}
 	if a.fenced.Load() == 0 {
 		t.Errorf("the zombie's commit was not fenced (A fenced %d, B fenced %d)", a.fenced.Load(), b.fenced.Load())
+	}
+	if t.Failed() {
+		t.Logf("instance A's log:\n%s", logA.String())
+		t.Logf("instance B's log:\n%s", logB.String())
 	}
 	t.Logf("fenced batches: A %d, B %d; %d keys", a.fenced.Load(), b.fenced.Load(), len(oracle))
 }

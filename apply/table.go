@@ -376,7 +376,12 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	committed, err := tx.Commit(ctx, op, a.commitParams(b, plan))
 	took := time.Since(started)
 	if err != nil {
-		if errors.Is(err, delta.ErrConflict) && a.advancedElsewhere(ctx, b) {
+		// A conflict, or running out of retries over winners that did
+		// not conflict (a zombie far behind, the live writer's commits
+		// on other partitions first), is a fence when another writer
+		// advanced one of this batch's partitions.
+		lost := errors.Is(err, delta.ErrConflict) || errors.Is(err, delta.ErrRetriesExhausted)
+		if lost && a.advancedElsewhere(ctx, b) {
 			return nil, fmt.Errorf("apply to table %s: %w: %w", a.name, ErrFenced, err)
 		}
 		return nil, fmt.Errorf("apply to table %s: %w", a.name, err)

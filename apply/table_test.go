@@ -207,3 +207,49 @@ func TestApplierFenced(t *testing.T) {
 		t.Fatalf("overlapping batch: want ErrFenced, got %v", err)
 	}
 }
+
+// TestApplierFencedFarBehind: a zombie whose snapshot is more commits
+// behind than the commit retries allow, all of them on other partitions,
+// before the one that advanced its own partition. Its commit runs out of
+// retries before it reaches that winner; it is still fenced, not a failed
+// commit (TestRebalanceAndZombie failed in CI on this: a zombie paused
+// while the live instance committed its own partitions for a while).
+func TestApplierFencedFarBehind(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	rf := newMemRowFiles(store)
+	open := func() *TableApplier {
+		a := NewTableApplier("orders", "p", delta.Open(store), rf.factory, []string{"id"}, nil)
+		if err := a.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := open()
+	_ = a.SetLayout(refLayout)
+	if _, err := a.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 10, "c", "new", 0)}, Ranges: rng(0, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	zombie := open()
+	live := open()
+	const others = 15 // more than delta's default of 10 commit retries
+	for i := range others {
+		c := refChange(int64(100+i), uint64(100+i), "c", "other", int64(i))
+		c.Pos.Partition = 1
+		tp := checkpoint.TopicPartition{Topic: "orders", Partition: 1}
+		b := &Batch{Changes: []*Change{c}, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: int64(i), Next: int64(i + 1)}}}
+		if _, err := live.Apply(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := live.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 20, "u", "live", 1)}, Ranges: rng(1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := zombie.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 21, "u", "zombie", 1)}, Ranges: rng(1, 2)})
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("zombie %d commits behind: want ErrFenced, got %v", others+1, err)
+	}
+	if got := tableRows(t, store, rf); len(got) != others+1 || got[0] != "1 20 live false" {
+		t.Errorf("table = %v", got)
+	}
+}
