@@ -90,16 +90,13 @@ func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch,
 
 // appendColumns appends the rows' values of source columns [from, to).
 func appendColumns(sch *arrow.Schema, fbs []array.Builder, rows []Row, from, to int) error {
-	fast := make([]func(schema.Value) bool, to-from)
-	for i := range fast {
-		fast[i] = fastAppender(fbs[from+i])
+	apps := make([]appender, to-from)
+	for i := range apps {
+		apps[i] = appenderFor(fbs[from+i])
 	}
 	for r := range rows {
 		for i, v := range rows[r].Values[from:to] {
-			if f := fast[i]; f != nil && f(v) {
-				continue
-			}
-			if err := appendValue(fbs[from+i], v); err != nil {
+			if err := apps[i](v); err != nil {
 				return fmt.Errorf("column %s row %d: %w", sch.Field(from+i).Name, r, err)
 			}
 		}
@@ -107,156 +104,211 @@ func appendColumns(sch *arrow.Schema, fbs []array.Builder, rows []Row, from, to 
 	return nil
 }
 
-// fastAppender returns, for a builder of a common flat type, a function
-// that appends a value as appendValue would and reports whether it did
-// (false: null, unavailable or a kind it leaves to appendValue); nil for
-// the other types. The builder's type is then decided once per column,
-// not once per value.
-func fastAppender(b array.Builder) func(schema.Value) bool {
-	present := func(v schema.Value) bool { return !v.IsNull() && !v.IsUnavailable() }
-	switch b := b.(type) {
-	case *array.Int64Builder:
-		return func(v schema.Value) bool {
-			if !present(v) {
-				return false
-			}
-			b.Append(v.I)
-			return true
-		}
-	case *array.Int32Builder:
-		return func(v schema.Value) bool {
-			if !present(v) {
-				return false
-			}
-			b.Append(int32(v.I))
-			return true
-		}
-	case *array.TimestampBuilder:
-		return func(v schema.Value) bool {
-			if !present(v) {
-				return false
-			}
-			b.Append(arrow.Timestamp(v.I))
-			return true
-		}
-	case *array.BooleanBuilder:
-		return func(v schema.Value) bool {
-			if !present(v) {
-				return false
-			}
-			b.Append(v.I != 0)
-			return true
-		}
-	case *array.Float64Builder:
-		return func(v schema.Value) bool {
-			if v.Kind != schema.KindFloat {
-				return false
-			}
-			b.Append(v.Float())
-			return true
-		}
-	case *array.StringBuilder:
-		return func(v schema.Value) bool {
-			if v.Kind != schema.KindString {
-				return false
-			}
-			b.Append(v.S)
-			return true
-		}
+// appender appends one typed value to its builder.
+type appender func(schema.Value) error
+
+// errUnavailable: a TOAST placeholder the merge did not resolve.
+var errUnavailable = fmt.Errorf("unavailable placeholder reached the writer")
+
+// present appends a null for a null value and reports whether v holds a
+// value to append; the unavailable placeholder is an error.
+func present(b array.Builder, v schema.Value) (bool, error) {
+	switch v.Kind {
+	case schema.KindNull:
+		b.AppendNull()
+		return false, nil
+	case schema.KindUnavailable:
+		return false, errUnavailable
 	}
-	return nil
+	return true, nil
 }
 
-// appendValue appends one typed value to a builder of the column's Arrow type.
-func appendValue(b array.Builder, v schema.Value) error {
-	if v.IsNull() {
-		b.AppendNull()
-		return nil
-	}
-	if v.IsUnavailable() {
-		return fmt.Errorf("unavailable placeholder reached the writer")
-	}
+// appenderFor returns the appender of a builder of the column's Arrow
+// type. The conversion is chosen here, once per column and per nested
+// builder, not once per value.
+func appenderFor(b array.Builder) appender {
 	switch b := b.(type) {
 	case *array.BooleanBuilder:
-		b.Append(v.I != 0)
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(v.I != 0)
+			return nil
+		}
 	case *array.Int8Builder:
-		b.Append(int8(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(int8(v.I))
+			return nil
+		}
 	case *array.Int16Builder:
-		b.Append(int16(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(int16(v.I))
+			return nil
+		}
 	case *array.Int32Builder:
-		b.Append(int32(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(int32(v.I))
+			return nil
+		}
 	case *array.Int64Builder:
-		b.Append(v.I)
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(v.I)
+			return nil
+		}
 	case *array.Float32Builder:
-		if v.Kind == schema.KindFloat {
-			b.Append(float32(v.Float()))
-		} else {
-			b.Append(float32(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			if v.Kind == schema.KindFloat {
+				b.Append(float32(v.Float()))
+			} else {
+				b.Append(float32(v.I))
+			}
+			return nil
 		}
 	case *array.Float64Builder:
-		if v.Kind == schema.KindFloat {
-			b.Append(v.Float())
-		} else {
-			b.Append(float64(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			if v.Kind == schema.KindFloat {
+				b.Append(v.Float())
+			} else {
+				b.Append(float64(v.I))
+			}
+			return nil
 		}
 	case *array.StringBuilder:
-		switch v.Kind {
-		case schema.KindString:
-			b.Append(v.S)
-		case schema.KindDecimal:
-			b.Append(v.DecimalString())
-		default:
-			return fmt.Errorf("%s value for a string column", v.Kind)
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			switch v.Kind {
+			case schema.KindString:
+				b.Append(v.S)
+			case schema.KindDecimal:
+				b.Append(v.DecimalString())
+			default:
+				return fmt.Errorf("%s value for a string column", v.Kind)
+			}
+			return nil
 		}
 	case *array.BinaryBuilder:
-		if v.Kind == schema.KindString {
-			b.Append([]byte(v.S))
-		} else {
-			b.Append(v.Bytes())
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			if v.Kind == schema.KindString {
+				b.Append([]byte(v.S))
+			} else {
+				b.Append(v.Bytes())
+			}
+			return nil
 		}
 	case *array.Date32Builder:
-		b.Append(arrow.Date32(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(arrow.Date32(v.I))
+			return nil
+		}
 	case *array.TimestampBuilder:
-		b.Append(arrow.Timestamp(v.I))
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(arrow.Timestamp(v.I))
+			return nil
+		}
 	case *array.Decimal128Builder:
 		want := b.Type().(*arrow.Decimal128Type).Scale
-		if v.Kind != schema.KindDecimal || v.Scale != want {
-			return fmt.Errorf("%s value of scale %d for a decimal column of scale %d", v.Kind, v.Scale, want)
-		}
-		hi, lo := v.Decimal128()
-		b.Append(decimal128.New(hi, lo))
-	case *array.ListBuilder:
-		b.Append(true)
-		for _, e := range v.Elems() {
-			if err := appendValue(b.ValueBuilder(), e); err != nil {
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
 				return err
 			}
+			if v.Kind != schema.KindDecimal || v.Scale != want {
+				return fmt.Errorf("%s value of scale %d for a decimal column of scale %d", v.Kind, v.Scale, want)
+			}
+			hi, lo := v.Decimal128()
+			b.Append(decimal128.New(hi, lo))
+			return nil
+		}
+	case *array.ListBuilder:
+		elem := appenderFor(b.ValueBuilder())
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
+				return err
+			}
+			b.Append(true)
+			for _, e := range v.Elems() {
+				if err := elem(e); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 	case *array.StructBuilder:
-		b.Append(true)
-		for i := 0; i < b.NumField(); i++ {
-			e := schema.Null
-			if i < len(v.Elems()) {
-				e = v.Elems()[i]
-			}
-			if err := appendValue(b.FieldBuilder(i), e); err != nil {
+		fields := make([]appender, b.NumField())
+		for i := range fields {
+			fields[i] = appenderFor(b.FieldBuilder(i))
+		}
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
 				return err
 			}
+			b.Append(true)
+			elems := v.Elems()
+			for i, f := range fields {
+				e := schema.Null
+				if i < len(elems) {
+					e = elems[i]
+				}
+				if err := f(e); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 	case *array.MapBuilder:
-		b.Append(true)
-		for i := 0; i+1 < len(v.Elems()); i += 2 {
-			if err := appendValue(b.KeyBuilder(), v.Elems()[i]); err != nil {
+		key, item := appenderFor(b.KeyBuilder()), appenderFor(b.ItemBuilder())
+		return func(v schema.Value) error {
+			if ok, err := present(b, v); !ok {
 				return err
 			}
-			if err := appendValue(b.ItemBuilder(), v.Elems()[i+1]); err != nil {
-				return err
+			b.Append(true)
+			elems := v.Elems()
+			for i := 0; i+1 < len(elems); i += 2 {
+				if err := key(elems[i]); err != nil {
+					return err
+				}
+				if err := item(elems[i+1]); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-	default:
+	}
+	return func(v schema.Value) error {
+		if ok, err := present(b, v); !ok {
+			return err
+		}
 		return fmt.Errorf("no conversion to %s", b.Type())
 	}
-	return nil
 }
 
 // arrowToRows reads rows back from a record of the table schema.

@@ -56,13 +56,19 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 			t.Errorf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
 		}
 	}
-	// The placeholder must never be written, in a column of any type.
-	for _, c := range []int{4, 6, 7, 10, 12} {
+	// The placeholder must never be written, in a column of any type (each
+	// has its own appender) nor inside a nested value.
+	for c := range full {
 		bad := append([]schema.Value(nil), full...)
 		bad[c] = schema.Unavailable
 		if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
 			t.Errorf("writing the unavailable placeholder in %s must fail", l.Source[c].Name)
 		}
+	}
+	nested := append([]schema.Value(nil), full...)
+	nested[13] = schema.List(schema.String("a"), schema.Unavailable)
+	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: nested, Seq: []byte{1}}}); err == nil {
+		t.Error("writing the unavailable placeholder inside a list must fail")
 	}
 	// An integer into a double column, a decimal into a string column.
 	mixed := append([]schema.Value(nil), full...)
