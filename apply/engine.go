@@ -79,6 +79,11 @@ type Engine struct {
 	predecodedUsed atomic.Int64
 	routed         atomic.Int64
 
+	// predecoded is predecode's result array, kept for the next poll: a
+	// poll's records are routed before the next poll, and a new array
+	// per poll was a tenth of the bytes the engine allocated.
+	predecoded []predecoded
+
 	metrics *Metrics  // nil: no metrics
 	ready   readiness // /readyz: assignment and positions
 
@@ -732,7 +737,10 @@ func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded
 	if workers < 2 {
 		return nil
 	}
-	out := make([]predecoded, len(recs))
+	if cap(e.predecoded) < len(recs) {
+		e.predecoded = make([]predecoded, len(recs))
+	}
+	out := e.predecoded[:len(recs)]
 	const chunk = 64
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -757,10 +765,13 @@ func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded
 					if t == nil || r.Topic != topic {
 						topic, t = r.Topic, e.tableFor(r.Topic)
 					}
+					p := &out[i]
 					if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
+						// Not decoded: nothing of an earlier poll's
+						// record may be left in its place.
+						*p = predecoded{}
 						continue
 					}
-					p := &out[i]
 					p.dec, p.rec = t.decoder, kafkaRecord(r)
 					p.ch, p.err = p.dec.Decode(ctx, &p.rec)
 					decoded++
