@@ -129,7 +129,7 @@ func testConfig(t *testing.T, brokers []string, dir string) *Config {
 	return testConfigFor(t, brokers, dir, "orders", "cdcapply-test")
 }
 
-func testConfigFor(t *testing.T, brokers []string, dir, topic, group string) *Config {
+func testConfigFor(t testing.TB, brokers []string, dir, topic, group string) *Config {
 	t.Helper()
 	yaml := fmt.Sprintf(`
 pipeline: {id: shop}

@@ -1,0 +1,33 @@
+package apply
+
+import (
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// BenchmarkPredecode: one poll of 10,000 Debezium JSON records (inline
+// schema) decoded on every core, as Run does before routing. B/op counts
+// the decoded values and whatever predecode allocates itself.
+func BenchmarkPredecode(b *testing.B) {
+	cfg := testConfigFor(b, []string{"127.0.0.1:1"}, b.TempDir(), "orders", "bench")
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]*kgo.Record, 10_000)
+	for i := range recs {
+		k, v := dbzOrders(i%1000, int64(i+1), "u", "shipped")
+		recs[i] = &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: int64(i)}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		pre := e.predecode(ctx, recs)
+		if len(pre) != len(recs) || pre[len(pre)-1].err != nil || pre[len(pre)-1].dec == nil {
+			b.Fatalf("predecode: %d results for %d records", len(pre), len(recs))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
