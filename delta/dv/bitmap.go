@@ -75,6 +75,29 @@ func DecodeBitmap(data []byte) (*roaring64.Bitmap, error) {
 // keeps keys non-negative for readers with signed integers.
 func EncodeBitmap(b *roaring64.Bitmap) ([]byte, error) {
 	b.RunOptimize()
+	if b.GetCardinality() > 0 {
+		// After the magic number the format is the portable 64-bit one,
+		// which roaring64 writes from its containers as they are. When
+		// that is one bucket (every row index under 2^32: files of fewer
+		// rows), it is the answer, without each index being added to a
+		// new bitmap; more buckets take the general path.
+		buf := make([]byte, 4, 4+b.GetSerializedSizeInBytes())
+		binary.LittleEndian.PutUint32(buf, MagicNumber)
+		out := bytes.NewBuffer(buf)
+		if _, err := b.WriteTo(out); err != nil {
+			return nil, fmt.Errorf("encode deletion vector: %w", err)
+		}
+		enc := out.Bytes()
+		if binary.LittleEndian.Uint64(enc[4:12]) == 1 && binary.LittleEndian.Uint32(enc[12:16]) < 1<<31 {
+			return enc, nil
+		}
+	}
+	return encodeBuckets(b)
+}
+
+// encodeBuckets is EncodeBitmap's general path: each bucket rebuilt from
+// the bitmap's values, in ascending key order.
+func encodeBuckets(b *roaring64.Bitmap) ([]byte, error) {
 	buckets := map[uint32]*roaring.Bitmap{}
 	var keys []uint32
 	it := b.Iterator()
