@@ -169,10 +169,10 @@ func TestApplierReferenceCase(t *testing.T) {
 	}
 }
 
-// TestApplierFenced: two appliers on one table (a rebalance or a zombie);
-// the one that did not see the other's progress is fenced, commits
-// nothing, and after re-opening continues from the table.
-func TestApplierFenced(t *testing.T) {
+// fencingTable is a table with one committed change (offset 0 of
+// partition 0) and an opener of appliers on it.
+func fencingTable(t *testing.T) (storage.Storage, *memRowFiles, func() *TableApplier) {
+	t.Helper()
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
 	rf := newMemRowFiles(store)
@@ -188,6 +188,15 @@ func TestApplierFenced(t *testing.T) {
 	if _, err := a.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 10, "c", "new", 0)}, Ranges: rng(0, 1)}); err != nil {
 		t.Fatal(err)
 	}
+	return store, rf, open
+}
+
+// TestApplierFenced: two appliers on one table (a rebalance or a zombie);
+// the one that did not see the other's progress is fenced, commits
+// nothing, and after re-opening continues from the table.
+func TestApplierFenced(t *testing.T) {
+	ctx := context.Background()
+	store, rf, open := fencingTable(t)
 	zombie := open() // both at version 0, position 1
 	live := open()
 	if _, err := live.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 20, "u", "live", 1)}, Ranges: rng(1, 2)}); err != nil {
@@ -216,20 +225,7 @@ func TestApplierFenced(t *testing.T) {
 // while the live instance committed its own partitions for a while).
 func TestApplierFencedFarBehind(t *testing.T) {
 	ctx := context.Background()
-	store := storage.NewLocal(t.TempDir())
-	rf := newMemRowFiles(store)
-	open := func() *TableApplier {
-		a := NewTableApplier("orders", "p", delta.Open(store), rf.factory, []string{"id"}, nil)
-		if err := a.Open(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	a := open()
-	_ = a.SetLayout(refLayout)
-	if _, err := a.Apply(ctx, &Batch{Changes: []*Change{refChange(1, 10, "c", "new", 0)}, Ranges: rng(0, 1)}); err != nil {
-		t.Fatal(err)
-	}
+	store, rf, open := fencingTable(t)
 	zombie := open()
 	live := open()
 	const others = 15 // more than delta's default of 10 commit retries
