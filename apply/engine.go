@@ -79,9 +79,10 @@ type Engine struct {
 	predecodedUsed atomic.Int64
 	routed         atomic.Int64
 
-	// predecoded is predecode's result array, kept for the next poll: a
-	// poll's records are routed before the next poll, and a new array
-	// per poll was a tenth of the bytes the engine allocated.
+	// predecoded is predecode's result array, kept for the next poll (a
+	// new array per poll was a tenth of the bytes the engine allocated).
+	// Run clears what a poll used once it is routed, so it is all zero
+	// when predecode starts.
 	predecoded []predecoded
 
 	metrics *Metrics  // nil: no metrics
@@ -550,6 +551,10 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.startFlush(ctx, t)
 			}
 		}
+		// Routed: the array is kept for the next poll but must not keep
+		// this one's records and values alive meanwhile (small polls do
+		// not predecode, so the next large one may be far off).
+		clear(pre)
 		e.settleDone(ctx)
 		now := e.clock()
 		for _, t := range e.tables {
@@ -765,13 +770,10 @@ func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded
 					if t == nil || r.Topic != topic {
 						topic, t = r.Topic, e.tableFor(r.Topic)
 					}
-					p := &out[i]
 					if t == nil || t.halted != nil || !t.holdUntil.IsZero() {
-						// Not decoded: nothing of an earlier poll's
-						// record may be left in its place.
-						*p = predecoded{}
 						continue
 					}
+					p := &out[i]
 					p.dec, p.rec = t.decoder, kafkaRecord(r)
 					p.ch, p.err = p.dec.Decode(ctx, &p.rec)
 					decoded++
