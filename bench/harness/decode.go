@@ -2,9 +2,14 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -81,6 +86,96 @@ type DecodeFigures struct {
 	// during the two-goroutine measurement: less sensitive than the wall
 	// clock figures to other processes competing for the cores.
 	PerCPUSecond float64 `json:"records_per_cpu_second"`
+	// OwnProcess says the figures were measured in a process of their own
+	// (DecodeCommand), whose heap is the sample alone; otherwise in the
+	// harness's process, where the collector also marks the generator's
+	// oracle and the broker's data while the decoders allocate.
+	OwnProcess bool `json:"own_process"`
+	// Error is a failure reported by the decode-only process.
+	Error string `json:"error,omitempty"`
+}
+
+// DecodeJob is what the decode-only process is given: the run's workload
+// (the stream is generated again from it), how many records to sample and
+// the least time of each measurement.
+type DecodeJob struct {
+	Workload workload.Config `json:"workload"`
+	Sample   int             `json:"sample"`
+	MinTime  time.Duration   `json:"min_time"`
+}
+
+// decodeOnly measures decode-only for the run: in a process of its own
+// when command is set (the harness's heap, with the oracle and the
+// broker's data, would make the decoders' collections dearer: in one
+// 1M-key run two goroutines decoded 394k records/s in the harness and
+// 431k-516k in a process of their own), else here.
+func decodeOnly(ctx context.Context, command []string, job DecodeJob) (DecodeFigures, error) {
+	if len(command) == 0 {
+		sample, err := collectStream(job.Workload, job.Sample, "")
+		if err != nil {
+			return DecodeFigures{}, err
+		}
+		return measureDecode(ctx, sample, job.MinTime)
+	}
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := json.Marshal(job)
+	if err != nil {
+		return DecodeFigures{}, err
+	}
+	cmd.Stdin = bytes.NewReader(append(in, '\n'))
+	out, err := cmd.Output()
+	var f DecodeFigures
+	if jerr := json.Unmarshal(lastLine(out), &f); jerr != nil {
+		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process %v gave no result: %v (%v)", command, jerr, err)
+	}
+	if f.Error != "" {
+		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process: %s", f.Error)
+	}
+	if err != nil {
+		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process %v: %w", command, err)
+	}
+	return f, nil
+}
+
+// lastLine is b's last non-empty line.
+func lastLine(b []byte) []byte {
+	b = bytes.TrimRight(b, "\n")
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		return b[i+1:]
+	}
+	return b
+}
+
+// ServeDecode is the decode-only process: a DecodeJob as the first JSON
+// line of in, the DecodeFigures as a JSON line on out. The stream is
+// generated again here and its garbage collected before the clock starts,
+// so the decoders share the heap with the sample alone.
+func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
+	line, err := bufio.NewReader(in).ReadBytes('\n')
+	var job DecodeJob
+	if err == nil {
+		err = json.Unmarshal(line, &job)
+	}
+	var f DecodeFigures
+	if err != nil {
+		err = fmt.Errorf("bench decode-only: read the job: %w", err)
+	} else {
+		var sample []debezium.Record
+		if sample, err = collectStream(job.Workload, job.Sample, ""); err == nil {
+			runtime.GC()
+			f, err = measureDecode(ctx, sample, job.MinTime)
+			f.OwnProcess = true
+		}
+	}
+	if err != nil {
+		f.Error = err.Error()
+	}
+	if encErr := json.NewEncoder(out).Encode(f); encErr != nil {
+		return fmt.Errorf("bench decode-only: write the result: %w", encErr)
+	}
+	return err
 }
 
 // measureDecode decodes the sample with one goroutine and then with two,

@@ -68,6 +68,10 @@ type Options struct {
 	// -engine`); it speaks ServeEngine's protocol on stdin/stdout. Empty
 	// runs the engine inside this process (tests; RSS then not isolated).
 	EngineCommand []string
+	// DecodeCommand starts the decode-only process (e.g. `cdcapply bench
+	// -decode-only`, speaking ServeDecode's protocol). Empty measures
+	// decode-only inside this process.
+	DecodeCommand []string
 	// Timeout bounds the engine's part (0: none beyond ctx).
 	Timeout time.Duration
 
@@ -328,17 +332,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	// The stream again (same seed, so the same records but for wall-clock
-	// times in rate mode): a sample for decode-only, and the peers' file.
+	// times in rate mode): the peers' file, and a sample for decode-only
+	// (in its own process when DecodeCommand is set).
 	var streamFile string
 	if len(o.Peers) > 0 {
 		streamFile = filepath.Join(dir, "stream.jsonl")
+		if _, err := collectStream(wcfg, 0, streamFile); err != nil {
+			return nil, err
+		}
 	}
 	logf("decode-only: %d sampled records", o.DecodeSample)
-	sample, err := collectStream(wcfg, o.DecodeSample, streamFile)
-	if err != nil {
-		return nil, err
-	}
-	if rep.Decode, err = measureDecode(ctx, sample, o.DecodeTime); err != nil {
+	if rep.Decode, err = decodeOnly(ctx, o.DecodeCommand, DecodeJob{Workload: wcfg, Sample: o.DecodeSample, MinTime: o.DecodeTime}); err != nil {
 		return nil, err
 	}
 	rep.compute()

@@ -498,7 +498,11 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n  %-34s %12.0f events/s  (%d records in %.2fs, first record to last commit; %d commits)\n", "throughput, end to end", t.EventsPerSec, t.Records, t.Seconds, t.Commits)
 	fmt.Fprintf(w, "  %-34s %12.0f changes/s\n", "", t.ChangesPerSec)
 	fmt.Fprintf(w, "  %-34s %12.0f events/s  (%.2fs from engine start, group join included)\n", "  with start-up", t.EventsPerSecWithStartup, t.SecondsWithStartup)
-	fmt.Fprintf(w, "  %-34s %12.0f records/s (1 core %.0f/s; %d sampled records)\n", "decode only, both cores", r.Decode.BothCores, r.Decode.OneCore, r.Decode.Sample)
+	where := "in the harness process"
+	if r.Decode.OwnProcess {
+		where = "own process"
+	}
+	fmt.Fprintf(w, "  %-34s %12.0f records/s (1 core %.0f/s; %d sampled records; %s)\n", "decode only, both cores", r.Decode.BothCores, r.Decode.OneCore, r.Decode.Sample, where)
 	fmt.Fprintf(w, "  %-34s %12.2f\n", "end to end / decode-only (2 cores)", r.DecodeRatio)
 	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second)\n",
 		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond)

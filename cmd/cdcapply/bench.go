@@ -23,6 +23,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	cfg := workload.Default()
 	engine := fs.Bool("engine", false, "internal: be the engine process of a bench run (protocol on stdin/stdout)")
+	decodeProc := fs.Bool("decode-only", false, "internal: be the decode-only process of a bench run (protocol on stdin/stdout)")
 	dir := fs.String("dir", "bench-run", "run directory: the table, pipeline file, stream file for peers (the table is replaced)")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "workload seed")
 	fs.Int64Var(&cfg.Keys, "keys", cfg.Keys, "key space")
@@ -54,7 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	backlogFactor := fs.Int("backlog-factor", 0, "flush.backlog_factor (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
 	prefill := fs.Bool("prefill", false, "write the snapshot straight into the table before the engine starts (no Kafka); the engine reads only the streamed changes")
-	inProcess := fs.Bool("inprocess", false, "run the engine inside this process (RSS then includes the broker and oracle)")
+	inProcess := fs.Bool("inprocess", false, "run the engine and decode-only inside this process (RSS then includes the broker and oracle)")
 	timeout := fs.Duration("timeout", 0, "give up on the engine after this long (0: never)")
 	decodeSample := fs.Int("decode-sample", 200_000, "records (spread over the stream) the decode-only measurement decodes")
 	decodeTime := fs.Duration("decode-time", 2*time.Second, "least time of each decode-only measurement")
@@ -72,6 +73,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *engine {
 		return harness.ServeEngine(ctx, os.Stdin, stdout)
+	}
+	if *decodeProc {
+		return harness.ServeDecode(ctx, os.Stdin, stdout)
 	}
 	if *snapshot < 0 {
 		cfg.SnapshotKeys = cfg.Keys
@@ -103,6 +107,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("bench: find this executable for the engine process: %w", err)
 		}
 		o.EngineCommand = []string{exe, "bench", "-engine"}
+		o.DecodeCommand = []string{exe, "bench", "-decode-only"}
 	}
 	rep, err := harness.Run(ctx, o)
 	if rep != nil {

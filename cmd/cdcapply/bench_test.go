@@ -10,11 +10,11 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary be the bench's engine process: `bench
-// -engine` re-executes os.Executable(), which under `go test` is this
-// binary.
+// TestMain lets the test binary be the bench's engine and decode-only
+// processes: `bench -engine` and `bench -decode-only` re-execute
+// os.Executable(), which under `go test` is this binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) >= 3 && os.Args[1] == "bench" && os.Args[2] == "-engine" {
+	if len(os.Args) >= 3 && os.Args[1] == "bench" && (os.Args[2] == "-engine" || os.Args[2] == "-decode-only") {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			os.Stderr.WriteString("bench engine: " + err.Error() + "\n")
 			os.Exit(1)
@@ -24,9 +24,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestBenchSmoke runs `cdcapply bench` small with the engine in its own
-// process (the default): the table verifies, the report, JSON and plot are
-// written. Timings are not checked.
+// TestBenchSmoke runs `cdcapply bench` small with the engine and
+// decode-only in their own processes (the default): the table verifies,
+// the report, JSON and plot are written. Timings are not checked.
 func TestBenchSmoke(t *testing.T) {
 	dir := t.TempDir()
 	js, svg := filepath.Join(dir, "run.json"), filepath.Join(dir, "run.svg")
@@ -49,6 +49,11 @@ func TestBenchSmoke(t *testing.T) {
 		Engine struct {
 			PID int `json:"pid"`
 		} `json:"engine"`
+		Decode struct {
+			OwnProcess bool    `json:"own_process"`
+			BothCores  float64 `json:"both_cores_records_per_sec"`
+			Sample     int     `json:"sample_records"`
+		} `json:"decode"`
 	}
 	data, err := os.ReadFile(js)
 	if err != nil {
@@ -59,6 +64,9 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if !rep.OK || !rep.Memory.Isolated || rep.Engine.PID == os.Getpid() || rep.Memory.PeakRSS <= 0 {
 		t.Fatalf("report: ok %v, isolated %v, engine pid %d (ours %d), peak RSS %d", rep.OK, rep.Memory.Isolated, rep.Engine.PID, os.Getpid(), rep.Memory.PeakRSS)
+	}
+	if !rep.Decode.OwnProcess || rep.Decode.BothCores <= 0 || rep.Decode.Sample != 500 {
+		t.Fatalf("decode-only: own process %v, both cores %.0f records/s, sample %d", rep.Decode.OwnProcess, rep.Decode.BothCores, rep.Decode.Sample)
 	}
 	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Fatalf("plot: %v", err)
