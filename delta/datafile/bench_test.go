@@ -163,7 +163,7 @@ func BenchmarkWriteParquetGo(b *testing.B) {
 			cpu0 := cpuTime()
 			for i := 0; i < b.N; i++ {
 				rec.Retain()
-				if _, err := encodeParquet(rec, writeOptions{codec: codec, rowGroup: 1 << 20}); err != nil {
+				if err := encodeParquetTo(new(bytes.Buffer), rec, writeOptions{codec: codec, rowGroup: 1 << 20}); err != nil {
 					b.Fatal(err)
 				}
 			}

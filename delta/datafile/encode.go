@@ -181,9 +181,9 @@ func (*lz4Raw) Encode(dst, src []byte) ([]byte, error) {
 	return dst[:m], nil
 }
 
-// encodeParquet writes rec (physical schema) as one Parquet file with one
-// row group per o.rowGroup rows.
-func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
+// encodeParquetTo writes rec (physical schema) to out as one Parquet file
+// with one row group per o.rowGroup rows.
+func encodeParquetTo(out *bytes.Buffer, rec arrow.RecordBatch, o writeOptions) error {
 	defer rec.Release()
 	var codec compress.Codec
 	switch o.codec {
@@ -196,13 +196,13 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	case Uncompressed:
 		codec = &pquncompressed.Codec{}
 	default:
-		return nil, fmt.Errorf("encode parquet: unknown codec %q", o.codec)
+		return fmt.Errorf("encode parquet: unknown codec %q", o.codec)
 	}
 	root := make(group, 0, rec.NumCols())
 	for _, f := range rec.Schema().Fields() {
 		n, err := parquetNode(f)
 		if err != nil {
-			return nil, fmt.Errorf("encode parquet: %w", err)
+			return fmt.Errorf("encode parquet: %w", err)
 		}
 		if o.plain && n.Leaf() && n.Type().Kind() == pq.ByteArray {
 			n = pq.Encoded(n, &pq.Plain)
@@ -213,12 +213,11 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 		root = append(root, field{Node: n, name: f.Name})
 	}
 	sc := pq.NewSchema("spark_schema", root)
-	var out bytes.Buffer
 	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", "")}
 	if o.page > 0 {
 		wopts = append(wopts, pq.PageBufferSize(o.page))
 	}
-	w := pq.NewWriter(&out, wopts...)
+	w := pq.NewWriter(out, wopts...)
 	leafStart := make([]int, len(root)) // each top-level field's first leaf
 	for i, leaves := 0, 0; i < len(root); i++ {
 		leafStart[i] = leaves
@@ -232,16 +231,16 @@ func encodeParquet(rec arrow.RecordBatch, o writeOptions) ([]byte, error) {
 	for start := int64(0); start < n || start == 0; start += o.rowGroup {
 		end := min(n, start+o.rowGroup)
 		if err := writeRowGroup(w, rec, start, end, leafStart, page); err != nil {
-			return nil, fmt.Errorf("encode parquet: %w", err)
+			return fmt.Errorf("encode parquet: %w", err)
 		}
 		if n == 0 {
 			break
 		}
 	}
 	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode parquet: %w", err)
+		return fmt.Errorf("encode parquet: %w", err)
 	}
-	return out.Bytes(), nil
+	return nil
 }
 
 func countLeaves(n pq.Node) int {

@@ -39,6 +39,7 @@ type Storage interface {
 	Read(ctx context.Context, path string) ([]byte, error)
 	// WriteIfAbsent atomically creates path with data; if path exists it
 	// returns an error wrapping ErrExist and leaves the file as it was.
+	// It does not keep data after it returns: callers reuse the buffer.
 	WriteIfAbsent(ctx context.Context, path string, data []byte) error
 	// Write atomically creates or replaces path with data.
 	Write(ctx context.Context, path string, data []byte) error
