@@ -2,9 +2,9 @@ package harness
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,8 +91,34 @@ type DecodeFigures struct {
 	// harness's process, where the collector also marks the generator's
 	// oracle and the broker's data while the decoders allocate.
 	OwnProcess bool `json:"own_process"`
+	// Before and After are the two measurements, just before the engine
+	// started and after it finished; OneCore, BothCores and PerCPUSecond
+	// are their means (the host's speed drifts over a run, and the engine
+	// ran between them). Unset in a single measurement.
+	Before *DecodeFigures `json:"before,omitempty"`
+	After  *DecodeFigures `json:"after,omitempty"`
 	// Error is a failure reported by the decode-only process.
 	Error string `json:"error,omitempty"`
+}
+
+// FasterBothCores is the higher of the two both-cores measurements (the
+// mean when there is only one): the baseline least favourable to the
+// engine.
+func (f DecodeFigures) FasterBothCores() float64 {
+	if f.Before == nil || f.After == nil {
+		return f.BothCores
+	}
+	return max(f.Before.BothCores, f.After.BothCores)
+}
+
+// meanOf combines the measurements before and after the engine.
+func meanOf(before, after DecodeFigures) DecodeFigures {
+	return DecodeFigures{
+		Sample: after.Sample, Workers: after.Workers, OwnProcess: before.OwnProcess && after.OwnProcess,
+		OneCore: (before.OneCore + after.OneCore) / 2, BothCores: (before.BothCores + after.BothCores) / 2,
+		PerCPUSecond: (before.PerCPUSecond + after.PerCPUSecond) / 2,
+		Before:       &before, After: &after,
+	}
 }
 
 // DecodeJob is what the decode-only process is given: the run's workload
@@ -104,78 +130,137 @@ type DecodeJob struct {
 	MinTime  time.Duration   `json:"min_time"`
 }
 
-// decodeOnly measures decode-only for the run: in a process of its own
-// when command is set (the harness's heap, with the oracle and the
-// broker's data, would make the decoders' collections dearer: in one
+// decodeRun is a decode-only baseline ready to measure: in a process of
+// its own when command is set (the harness's heap, with the oracle and
+// the broker's data, would make the decoders' collections dearer: in one
 // 1M-key run two goroutines decoded 394k records/s in the harness and
-// 431k-516k in a process of their own), else here.
-func decodeOnly(ctx context.Context, command []string, job DecodeJob) (DecodeFigures, error) {
+// 431k-516k in a process of their own), else here. The process
+// generates its sample while the harness produces the stream, then idles
+// until asked to measure, so a measurement never overlaps the engine.
+type decodeRun struct {
+	job     DecodeJob
+	sample  []debezium.Record // in this process
+	command []string
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	out     *bufio.Scanner
+}
+
+func startDecodeOnly(ctx context.Context, command []string, job DecodeJob) (*decodeRun, error) {
+	d := &decodeRun{job: job, command: command}
 	if len(command) == 0 {
 		sample, err := collectStream(job.Workload, job.Sample, "")
 		if err != nil {
-			return DecodeFigures{}, err
+			return nil, err
 		}
-		return measureDecode(ctx, sample, job.MinTime)
+		d.sample = sample
+		return d, nil
 	}
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := json.Marshal(job)
+	d.cmd = exec.CommandContext(ctx, command[0], command[1:]...)
+	d.cmd.Stderr = os.Stderr
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := d.cmd.StdinPipe()
 	if err != nil {
-		return DecodeFigures{}, err
+		return nil, err
 	}
-	cmd.Stdin = bytes.NewReader(append(in, '\n'))
-	out, err := cmd.Output()
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start the decode-only process %v: %w", command, err)
+	}
+	d.in, d.out = in, bufio.NewScanner(out)
+	if err := jsonLine(in, job); err != nil {
+		d.close()
+		return nil, fmt.Errorf("bench: write to the decode-only process: %w", err)
+	}
+	return d, nil
+}
+
+// measure takes one measurement.
+func (d *decodeRun) measure(ctx context.Context) (DecodeFigures, error) {
+	if d.cmd == nil {
+		return measureDecode(ctx, d.sample, d.job.MinTime)
+	}
+	if _, err := io.WriteString(d.in, "measure\n"); err != nil {
+		return DecodeFigures{}, d.failed(fmt.Errorf("ask for a measurement: %w", err))
+	}
+	if !d.out.Scan() {
+		return DecodeFigures{}, d.failed(fmt.Errorf("gave no result (%v)", d.out.Err()))
+	}
 	var f DecodeFigures
-	if jerr := json.Unmarshal(lastLine(out), &f); jerr != nil {
-		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process %v gave no result: %v (%v)", command, jerr, err)
+	if err := json.Unmarshal(d.out.Bytes(), &f); err != nil {
+		return DecodeFigures{}, d.failed(fmt.Errorf("gave no result: %w", err))
 	}
 	if f.Error != "" {
-		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process: %s", f.Error)
-	}
-	if err != nil {
-		return DecodeFigures{}, fmt.Errorf("bench: the decode-only process %v: %w", command, err)
+		return DecodeFigures{}, d.failed(errors.New(f.Error))
 	}
 	return f, nil
 }
 
-// lastLine is b's last non-empty line.
-func lastLine(b []byte) []byte {
-	b = bytes.TrimRight(b, "\n")
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		return b[i+1:]
+// failed ends the process and adds how it ended to err.
+func (d *decodeRun) failed(err error) error {
+	d.in.Close()
+	if werr := d.cmd.Wait(); werr != nil {
+		err = fmt.Errorf("%w; %v", err, werr)
 	}
-	return b
+	d.cmd = nil
+	return fmt.Errorf("bench: the decode-only process %v: %w", d.command, err)
+}
+
+// close ends the process (it exits when its input ends).
+func (d *decodeRun) close() {
+	if d == nil || d.cmd == nil {
+		return
+	}
+	d.in.Close()
+	_ = d.cmd.Wait()
+	d.cmd = nil
 }
 
 // ServeDecode is the decode-only process: a DecodeJob as the first JSON
-// line of in, the DecodeFigures as a JSON line on out. The stream is
-// generated again here and its garbage collected before the clock starts,
-// so the decoders share the heap with the sample alone.
+// line of in; then, for each further line, one measurement written as a
+// JSON line of DecodeFigures on out, until in ends. The stream is
+// generated here and its garbage collected before any measurement, so the
+// decoders share the heap with the sample alone.
 func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
-	line, err := bufio.NewReader(in).ReadBytes('\n')
+	r := bufio.NewReader(in)
+	enc := json.NewEncoder(out)
+	fail := func(err error) error {
+		if encErr := enc.Encode(DecodeFigures{Error: err.Error()}); encErr != nil {
+			return fmt.Errorf("bench decode-only: write the result: %w", encErr)
+		}
+		return err
+	}
+	line, err := r.ReadBytes('\n')
 	var job DecodeJob
 	if err == nil {
 		err = json.Unmarshal(line, &job)
 	}
-	var f DecodeFigures
 	if err != nil {
-		err = fmt.Errorf("bench decode-only: read the job: %w", err)
-	} else {
-		var sample []debezium.Record
-		if sample, err = collectStream(job.Workload, job.Sample, ""); err == nil {
-			runtime.GC()
-			f, err = measureDecode(ctx, sample, job.MinTime)
-			f.OwnProcess = true
+		return fail(fmt.Errorf("bench decode-only: read the job: %w", err))
+	}
+	sample, err := collectStream(job.Workload, job.Sample, "")
+	if err != nil {
+		return fail(err)
+	}
+	runtime.GC()
+	for {
+		if _, err := r.ReadBytes('\n'); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fail(fmt.Errorf("bench decode-only: read: %w", err))
+		}
+		f, err := measureDecode(ctx, sample, job.MinTime)
+		if err != nil {
+			return fail(err)
+		}
+		f.OwnProcess = true
+		if err := enc.Encode(f); err != nil {
+			return fmt.Errorf("bench decode-only: write the result: %w", err)
 		}
 	}
-	if err != nil {
-		f.Error = err.Error()
-	}
-	if encErr := json.NewEncoder(out).Encode(f); encErr != nil {
-		return fmt.Errorf("bench decode-only: write the result: %w", encErr)
-	}
-	return err
 }
 
 // measureDecode decodes the sample with one goroutine and then with two,

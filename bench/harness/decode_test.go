@@ -12,7 +12,8 @@ import (
 )
 
 // TestServeDecode runs the decode-only process's side in this process: a
-// job in, figures out, measured over the sample it generated itself.
+// job in, then one measurement per request, over the sample it generated
+// itself, until its input ends.
 func TestServeDecode(t *testing.T) {
 	cfg := workload.Default()
 	cfg.Keys, cfg.SnapshotKeys, cfg.Events = 300, 300, 300
@@ -21,15 +22,35 @@ func TestServeDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := ServeDecode(context.Background(), bytes.NewReader(append(job, '\n')), &out); err != nil {
+	in := string(job) + "\nmeasure\nmeasure\n"
+	if err := ServeDecode(context.Background(), strings.NewReader(in), &out); err != nil {
 		t.Fatal(err)
 	}
-	var f DecodeFigures
-	if err := json.Unmarshal(lastLine(out.Bytes()), &f); err != nil {
-		t.Fatalf("%v: %q", err, out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want two measurements, got %q", out.String())
 	}
-	if !f.OwnProcess || f.Sample != 100 || f.OneCore <= 0 || f.BothCores <= 0 || f.Error != "" {
-		t.Fatalf("figures %+v", f)
+	for _, l := range lines {
+		var f DecodeFigures
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			t.Fatalf("%v: %q", err, l)
+		}
+		if !f.OwnProcess || f.Sample != 100 || f.OneCore <= 0 || f.BothCores <= 0 || f.Error != "" {
+			t.Fatalf("figures %+v", f)
+		}
+	}
+}
+
+// TestDecodeFiguresMean: the baseline is the mean of the measurements
+// before and after the engine, and the faster one is kept apart.
+func TestDecodeFiguresMean(t *testing.T) {
+	m := meanOf(DecodeFigures{OneCore: 100, BothCores: 300, PerCPUSecond: 150, OwnProcess: true, Sample: 7},
+		DecodeFigures{OneCore: 200, BothCores: 500, PerCPUSecond: 250, OwnProcess: true, Sample: 7})
+	if m.OneCore != 150 || m.BothCores != 400 || m.PerCPUSecond != 200 || !m.OwnProcess || m.Sample != 7 || m.FasterBothCores() != 500 {
+		t.Fatalf("mean %+v, faster %v", m, m.FasterBothCores())
+	}
+	if single := (DecodeFigures{BothCores: 300}); single.FasterBothCores() != 300 {
+		t.Fatalf("single measurement: faster %v", single.FasterBothCores())
 	}
 }
 
@@ -43,7 +64,7 @@ func TestDecodeOnlyFailures(t *testing.T) {
 		t.Fatalf("bad job: %v", err)
 	}
 	var f DecodeFigures
-	if jerr := json.Unmarshal(lastLine(out.Bytes()), &f); jerr != nil || !strings.Contains(f.Error, "read the job") {
+	if jerr := json.Unmarshal(out.Bytes(), &f); jerr != nil || !strings.Contains(f.Error, "read the job") {
 		t.Fatalf("bad job's result %q (%v)", out.String(), jerr)
 	}
 
@@ -53,12 +74,17 @@ func TestDecodeOnlyFailures(t *testing.T) {
 		command []string
 		want    string
 	}{
-		{[]string{"sh", "-c", `cat >/dev/null; echo '{"error":"decoder exploded"}'; exit 1`}, "decoder exploded"},
-		{[]string{"sh", "-c", "cat >/dev/null; exit 3"}, "gave no result"},
-		{[]string{"sh", "-c", `cat >/dev/null; echo '{"both_cores_records_per_sec":5}'; exit 2`}, "exit status 2"},
+		{[]string{"sh", "-c", `read job; read m; echo '{"error":"decoder exploded"}'; exit 1`}, "decoder exploded"},
+		{[]string{"sh", "-c", "read job; read m; exit 3"}, "gave no result"},
+		{[]string{"sh", "-c", "read job; read m; echo 'not json'"}, "gave no result"},
 	} {
-		if _, err := decodeOnly(ctx, c.command, job); err == nil || !strings.Contains(err.Error(), c.want) {
+		d, err := startDecodeOnly(ctx, c.command, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.measure(ctx); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an error with %q", c.command, err, c.want)
 		}
+		d.close()
 	}
 }

@@ -175,6 +175,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer cl.Close()
 
+	// The decode-only baseline samples the same stream (generated again,
+	// without wall-clock times) while this process produces it; it
+	// measures just before the engine starts and again after the table is
+	// verified, never while the engine runs.
+	logf("decode-only: %d sampled records", o.DecodeSample)
+	dec, err := startDecodeOnly(ctx, o.DecodeCommand, DecodeJob{Workload: wcfg, Sample: o.DecodeSample, MinTime: o.DecodeTime})
+	if err != nil {
+		return nil, err
+	}
+	defer dec.close()
+	var decodeBefore DecodeFigures
+	measureBefore := func() error {
+		decodeBefore, err = dec.measure(ctx)
+		return err
+	}
 	if o.Rate > 0 {
 		wcfg.Clock = time.Now
 	}
@@ -233,7 +248,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		logf("produced %d records (%d MiB) in %s; starting the engine", produced.Records, produced.Bytes>>20, produced.Elapsed.Round(time.Millisecond))
+		logf("produced %d records (%d MiB) in %s; decode-only, then the engine", produced.Records, produced.Bytes>>20, produced.Elapsed.Round(time.Millisecond))
+		if err := measureBefore(); err != nil {
+			return nil, err
+		}
 		if eng, err = startEngine(engCtx, o.EngineCommand, job); err != nil {
 			return nil, err
 		}
@@ -241,6 +259,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 	} else {
+		if err := measureBefore(); err != nil {
+			return nil, err
+		}
 		if eng, err = startEngine(engCtx, o.EngineCommand, job); err != nil {
 			return nil, err
 		}
@@ -331,19 +352,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Table.RowsPerChange = float64(rep.Table.RowsWritten) / float64(rep.Counts.ChangeRecords)
 	}
 
+	logf("decode-only, after the engine")
+	decodeAfter, err := dec.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dec.close()
+	rep.Decode = meanOf(decodeBefore, decodeAfter)
 	// The stream again (same seed, so the same records but for wall-clock
-	// times in rate mode): the peers' file, and a sample for decode-only
-	// (in its own process when DecodeCommand is set).
+	// times in rate mode) for the peers.
 	var streamFile string
 	if len(o.Peers) > 0 {
 		streamFile = filepath.Join(dir, "stream.jsonl")
 		if _, err := collectStream(wcfg, 0, streamFile); err != nil {
 			return nil, err
 		}
-	}
-	logf("decode-only: %d sampled records", o.DecodeSample)
-	if rep.Decode, err = decodeOnly(ctx, o.DecodeCommand, DecodeJob{Workload: wcfg, Sample: o.DecodeSample, MinTime: o.DecodeTime}); err != nil {
-		return nil, err
 	}
 	rep.compute()
 

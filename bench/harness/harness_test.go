@@ -56,8 +56,9 @@ func TestSmoke(t *testing.T) {
 	if rep.Table.RowsWritten < rep.Table.LiveRows || rep.Table.DataBytes < rep.Table.LiveBytes || rep.Table.WriteAmp < 1 {
 		t.Errorf("table figures inconsistent: %+v", rep.Table)
 	}
-	if rep.Decode.BothCores <= 0 || rep.Decode.OneCore <= 0 {
-		t.Errorf("decode-only not measured: %+v", rep.Decode)
+	if rep.Decode.BothCores <= 0 || rep.Decode.OneCore <= 0 || rep.Decode.Before == nil || rep.Decode.After == nil ||
+		rep.Decode.Before.BothCores <= 0 || rep.Decode.After.BothCores <= 0 || rep.DecodeRatioFaster <= 0 || rep.DecodeRatioFaster > rep.DecodeRatio {
+		t.Errorf("decode-only not measured before and after the engine: %+v (ratios %v, %v)", rep.Decode, rep.DecodeRatio, rep.DecodeRatioFaster)
 	}
 	if rep.Memory.PeakRSS <= 0 {
 		t.Errorf("no peak RSS")

@@ -53,6 +53,12 @@ func TestBenchSmoke(t *testing.T) {
 			OwnProcess bool    `json:"own_process"`
 			BothCores  float64 `json:"both_cores_records_per_sec"`
 			Sample     int     `json:"sample_records"`
+			Before     *struct {
+				OwnProcess bool `json:"own_process"`
+			} `json:"before"`
+			After *struct {
+				OwnProcess bool `json:"own_process"`
+			} `json:"after"`
 		} `json:"decode"`
 	}
 	data, err := os.ReadFile(js)
@@ -65,8 +71,12 @@ func TestBenchSmoke(t *testing.T) {
 	if !rep.OK || !rep.Memory.Isolated || rep.Engine.PID == os.Getpid() || rep.Memory.PeakRSS <= 0 {
 		t.Fatalf("report: ok %v, isolated %v, engine pid %d (ours %d), peak RSS %d", rep.OK, rep.Memory.Isolated, rep.Engine.PID, os.Getpid(), rep.Memory.PeakRSS)
 	}
-	if !rep.Decode.OwnProcess || rep.Decode.BothCores <= 0 || rep.Decode.Sample != 500 {
-		t.Fatalf("decode-only: own process %v, both cores %.0f records/s, sample %d", rep.Decode.OwnProcess, rep.Decode.BothCores, rep.Decode.Sample)
+	if !rep.Decode.OwnProcess || rep.Decode.BothCores <= 0 || rep.Decode.Sample != 500 ||
+		rep.Decode.Before == nil || rep.Decode.After == nil || !rep.Decode.Before.OwnProcess || !rep.Decode.After.OwnProcess {
+		t.Fatalf("decode-only: own process %v, both cores %.0f records/s, sample %d, before %v, after %v", rep.Decode.OwnProcess, rep.Decode.BothCores, rep.Decode.Sample, rep.Decode.Before, rep.Decode.After)
+	}
+	if !strings.Contains(out.String(), "before and") || !strings.Contains(out.String(), "own process") {
+		t.Fatalf("report does not say how decode-only was measured:\n%s", out.String())
 	}
 	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Fatalf("plot: %v", err)
