@@ -201,22 +201,29 @@ func (d *decodeRun) measure(ctx context.Context) (DecodeFigures, error) {
 
 // failed ends the process and adds how it ended to err.
 func (d *decodeRun) failed(err error) error {
-	d.in.Close()
-	if werr := d.cmd.Wait(); werr != nil {
+	if werr := d.stop(); werr != nil {
 		err = fmt.Errorf("%w; %v", err, werr)
 	}
-	d.cmd = nil
 	return fmt.Errorf("bench: the decode-only process %v: %w", d.command, err)
 }
 
-// close ends the process (it exits when its input ends).
+// close ends the process, whatever it is doing: a run that fails early
+// does not wait for it to finish generating its sample.
 func (d *decodeRun) close() {
-	if d == nil || d.cmd == nil {
-		return
+	if d != nil {
+		_ = d.stop()
+	}
+}
+
+func (d *decodeRun) stop() error {
+	if d.cmd == nil {
+		return nil
 	}
 	d.in.Close()
-	_ = d.cmd.Wait()
+	_ = d.cmd.Process.Kill() // an error only says it has exited already
+	err := d.cmd.Wait()
 	d.cmd = nil
+	return err
 }
 
 // ServeDecode is the decode-only process: a DecodeJob as the first JSON

@@ -87,4 +87,18 @@ func TestDecodeOnlyFailures(t *testing.T) {
 		}
 		d.close()
 	}
+
+	// A run that fails early ends the process even while it is still
+	// busy (generating its sample), instead of waiting for it.
+	d, err := startDecodeOnly(ctx, []string{"sh", "-c", "read job; exec sleep 600"}, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { d.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("close waited for a busy decode-only process")
+	}
 }
