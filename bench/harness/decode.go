@@ -156,21 +156,11 @@ func startDecodeOnly(ctx context.Context, command []string, job DecodeJob) (*dec
 		d.sample = sample
 		return d, nil
 	}
-	d.cmd = exec.CommandContext(ctx, command[0], command[1:]...)
-	d.cmd.Stderr = os.Stderr
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := d.cmd.StdinPipe()
+	cmd, in, out, err := startChild(ctx, command, "decode-only")
 	if err != nil {
 		return nil, err
 	}
-	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := d.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start the decode-only process %v: %w", command, err)
-	}
-	d.in, d.out = in, bufio.NewScanner(out)
+	d.cmd, d.in, d.out = cmd, in, bufio.NewScanner(out)
 	if err := jsonLine(in, job); err != nil {
 		d.close()
 		return nil, fmt.Errorf("bench: write to the decode-only process: %w", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -16,20 +17,9 @@ import (
 // engine's alone: the broker, the generator and the oracle stay in the
 // harness's process.
 func startEngineProcess(ctx context.Context, r *engineRun, command []string, job Job) (*engineRun, error) {
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.Stderr = os.Stderr
-	// The engine dies with the harness.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	cmd, stdin, stdout, err := startChild(ctx, command, "engine")
 	if err != nil {
 		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start the engine process %v: %w", command, err)
 	}
 	r.send = func(v any) error {
 		if err := jsonLine(stdin, v); err != nil {
@@ -71,4 +61,25 @@ func startEngineProcess(ctx context.Context, r *engineRun, command []string, job
 		}
 	}()
 	return r, nil
+}
+
+// startChild starts one of the bench's own processes (what: "engine",
+// "decode-only") with pipes to its input and output; its errors go to
+// ours, and it dies with the harness.
+func startChild(ctx context.Context, command []string, what string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, fmt.Errorf("bench: start the %s process %v: %w", what, command, err)
+	}
+	return cmd, stdin, stdout, nil
 }
