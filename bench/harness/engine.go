@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type Job struct {
 	// CPUProfile, when set, is a file the engine side writes a Go CPU
 	// profile of its whole run to (go tool pprof).
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// Trace, when set, is a file the engine side writes a Go execution
+	// trace of its whole run to (go tool trace): where the cores wait.
+	Trace string `json:"trace,omitempty"`
 	// HeapProfile, when set, is a file the engine side writes a Go heap
 	// profile to each time the sampled heap passes its peak by 10%, so
 	// the file ends as the heap near its largest (go tool pprof).
@@ -154,6 +158,17 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 			return nil, fmt.Errorf("bench engine: cpu profile: %w", err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if job.Trace != "" {
+		f, err := os.Create(job.Trace)
+		if err != nil {
+			return nil, fmt.Errorf("bench engine: trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("bench engine: trace: %w", err)
+		}
+		defer func() { trace.Stop(); f.Close() }()
 	}
 	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
 	start := time.Now()

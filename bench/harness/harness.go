@@ -60,6 +60,9 @@ type Options struct {
 	// CPUProfile is where the engine side writes a Go CPU profile of its
 	// run (empty: none).
 	CPUProfile string
+	// Trace is where the engine side writes a Go execution trace of its
+	// run (empty: none).
+	Trace string
 	// HeapProfile is where the engine side writes a heap profile taken
 	// near its heap's peak (empty: none).
 	HeapProfile string
@@ -209,7 +212,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o644); err != nil {
 		return nil, err
 	}
-	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile, HeapProfile: o.HeapProfile}
+	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile, Trace: o.Trace, HeapProfile: o.HeapProfile}
 	if o.Prefill {
 		logf("prefill: writing the snapshot (%d keys) into the table without Kafka", wcfg.SnapshotKeys)
 		pf, err := prefill(ctx, job, "orders", g, cl, logf)

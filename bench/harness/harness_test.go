@@ -287,6 +287,9 @@ echo "{\"peer\":\"broken\",\"events\":$(wc -l < "$input"),\"seconds\":1,\"batche
 func TestSmokeMergeOnRead(t *testing.T) {
 	o := smokeOptions(t)
 	o.WriteMode = "merge-on-read"
+	// The profiling outputs of the engine side: a CPU profile (gzip) and
+	// an execution trace (its header names the Go version).
+	o.CPUProfile, o.Trace = filepath.Join(t.TempDir(), "cpu.prof"), filepath.Join(t.TempDir(), "engine.trace")
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -301,5 +304,11 @@ func TestSmokeMergeOnRead(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(o.Dir, "pipeline.yaml"))
 	if err != nil || !strings.Contains(string(data), "write_mode: merge-on-read") {
 		t.Fatalf("pipeline file lacks the write mode: %s %v", data, err)
+	}
+	for path, magic := range map[string]string{o.CPUProfile: "\x1f\x8b", o.Trace: "go 1."} {
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) < 64 || !strings.HasPrefix(string(b), magic) {
+			t.Errorf("%s: %d bytes starting %q (%v), want a profile starting %q", path, len(b), b[:min(len(b), 8)], err, magic)
+		}
 	}
 }

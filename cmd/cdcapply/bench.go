@@ -66,6 +66,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repo := fs.String("repo", "", "the repository holding bench/peers (default: found upwards from the working directory)")
 	jsonPath := fs.String("json", "", "write every figure as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the engine's run to this file")
+	tracePath := fs.String("trace", "", "write a Go execution trace of the engine's run to this file (go tool trace)")
 	heapProfile := fs.String("memprofile", "", "write a Go heap profile of the engine, taken near its heap's peak, to this file")
 	svgPath := fs.String("svg", "", "plot throughput, freshness and RSS over time to this SVG file")
 	if err := fs.Parse(args); err != nil {
@@ -91,7 +92,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
