@@ -262,6 +262,7 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 		out.Values[k] = v
 	}
 	out.Key = EncodeKey(out.Values, l.Key)
+	out.unavail = noteUnavailable(out.Values)
 	return out, nil
 }
 

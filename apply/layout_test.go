@@ -85,6 +85,16 @@ func TestProject(t *testing.T) {
 		if wantKey := EncodeKey(c.want.values, l.Key); got.Key != wantKey || got.Delete != (c.ch.Op == debezium.OpDelete) {
 			t.Errorf("%s: key %q delete %v, want %q %v", c.name, got.Key, got.Delete, wantKey, c.ch.Op == debezium.OpDelete)
 		}
+		// Project notes the unavailable columns for Reduce.
+		wantNoted := uint64(1)
+		for col, v := range c.want.values {
+			if v.IsUnavailable() {
+				wantNoted |= 1 << (col + 1)
+			}
+		}
+		if got.unavail != wantNoted {
+			t.Errorf("%s: unavailable columns noted %b, want %b", c.name, got.unavail, wantNoted)
+		}
 	}
 }
 

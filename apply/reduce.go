@@ -2,6 +2,8 @@ package apply
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
@@ -61,6 +63,28 @@ type Change struct {
 	// refused at planning time (late beyond the purge horizon) can still be
 	// quarantined as it arrived. nil in tests that build changes directly.
 	Raw *debezium.Record
+	// unavail notes the columns Values leaves unavailable, in
+	// Reduced.unavail's form, set by Project while the decoder's values
+	// are still in cache: Reduce then need not read a winner's values
+	// (in key order they are scattered over the batch, and reading them
+	// was Reduce's largest cost). Zero: not noted, Reduce scans.
+	unavail uint64
+}
+
+// noteUnavailable returns values' unavailable columns in Reduced.unavail's
+// form (bit 0 set, bit 1+c for column c), or 0 when a column past
+// maxNotedColumn is unavailable.
+func noteUnavailable(values []schema.Value) uint64 {
+	m := uint64(1)
+	for col := range values {
+		if values[col].Kind == schema.KindUnavailable {
+			if col > maxNotedColumn {
+				return 0
+			}
+			m |= 1 << (col + 1)
+		}
+	}
+	return m
 }
 
 // newer reports whether c is ordered after o: by sequence, then position.
@@ -93,6 +117,9 @@ type Reduced struct {
 	// bit 1+c that column c is unavailable. Zero (a Reduced built
 	// otherwise, or a column past maxNotedColumn unavailable): scan.
 	unavail uint64
+	// prefix is the key's keyPrefix (set by Reduce; merging the shards
+	// compares it before the keys).
+	prefix keyPrefix
 }
 
 // maxNotedColumn is the last column Reduced.unavail can note.
@@ -150,6 +177,14 @@ func Reduce(batch []*Change) []Reduced {
 // usually read the next batch and waits.
 const reduceShardMin = 4096
 
+// lessKey orders two reduced keys by their prefixes, then their keys.
+func (r *Reduced) lessKey(o *Reduced) bool {
+	if d := r.prefix.compare(o.prefix); d != 0 {
+		return d < 0
+	}
+	return r.Winner.Key < o.Winner.Key
+}
+
 // mergeByKey merges outcomes sorted by key, whose keys are disjoint.
 func mergeByKey(outs [][]Reduced) []Reduced {
 	total := 0
@@ -160,7 +195,7 @@ func mergeByKey(outs [][]Reduced) []Reduced {
 	for len(merged) < total {
 		best := -1
 		for i, o := range outs {
-			if len(o) > 0 && (best < 0 || o[0].Winner.Key < outs[best][0].Winner.Key) {
+			if len(o) > 0 && (best < 0 || o[0].lessKey(&outs[best][0])) {
 				best = i
 			}
 		}
@@ -175,24 +210,22 @@ func reduceShard(batch []*Change) []Reduced {
 	// Group without a slice per key: number the keys in arrival order and
 	// count each key's changes, sort the distinct keys, then place the
 	// changes key after key into one array (batch order within a key).
-	type keyGroup struct {
-		key   string
-		id, n int32
-	}
 	ids := make(map[string]int32, len(batch))
 	groups := make([]keyGroup, 0, len(batch))
+	keys := make([]string, 0, len(batch))
 	gid := make([]int32, len(batch))
 	for i, c := range batch {
 		id, ok := ids[c.Key]
 		if !ok {
 			id = int32(len(groups))
 			ids[c.Key] = id
-			groups = append(groups, keyGroup{key: c.Key, id: id})
+			groups = append(groups, keyGroup{prefix: prefixOf(c.Key), id: id, unavail: c.unavail})
+			keys = append(keys, c.Key)
 		}
 		gid[i] = id
 		groups[id].n++
 	}
-	slices.SortFunc(groups, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
+	groups = sortGroups(groups, keys)
 	next := make([]int32, len(groups)) // by id: where its next change goes
 	off := int32(0)
 	for _, kg := range groups {
@@ -209,6 +242,7 @@ func reduceShard(batch []*Change) []Reduced {
 	for _, kg := range groups {
 		g := placed[off : off+kg.n : off+kg.n]
 		off += kg.n
+		unavail := kg.unavail // the key's only change's
 		if len(g) > 1 {
 			slices.SortFunc(g, func(a, b *Change) int {
 				switch {
@@ -219,33 +253,136 @@ func reduceShard(batch []*Change) []Reduced {
 				}
 				return 0
 			})
+			unavail = g[len(g)-1].unavail
 		}
 		w := g[len(g)-1]
-		r := Reduced{Winner: w, Changes: g, unavail: 1}
-		for col, v := range w.Values {
-			if !v.IsUnavailable() {
-				continue
-			}
-			if col <= maxNotedColumn && r.unavail != 0 {
-				r.unavail |= 1 << (col + 1)
-			} else {
-				r.unavail = 0
-			}
-			for k := len(g) - 2; k >= 0; k-- {
-				// An older change with the same sequence is a replay of
-				// the winner, not a previous version.
-				if bytes.Equal(g[k].Seq, w.Seq) {
-					continue
+		r := Reduced{Winner: w, Changes: g, unavail: unavail, prefix: kg.prefix}
+		if r.unavail == 0 {
+			r.unavail = noteUnavailable(w.Values)
+		}
+		if r.unavail == 0 {
+			// A column past maxNotedColumn: fill every unavailable one.
+			for col := range w.Values {
+				if w.Values[col].IsUnavailable() {
+					r.fill(col)
 				}
-				if ov := g[k].Values[col]; !ov.IsUnavailable() {
-					r.Fills = append(r.Fills, Fill{Column: col, Value: ov, Seq: g[k].Seq})
-					break
-				}
+			}
+		} else if len(g) > 1 {
+			for m := r.unavail >> 1; m != 0; m &= m - 1 {
+				r.fill(bits.TrailingZeros64(m))
 			}
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// keyGroup is one distinct key of a batch being reduced: its prefix, its
+// number in arrival order, its count of changes and its first change's
+// unavailable columns. It holds no pointer (reduceShard keeps the keys by
+// number), so sorting moves it without write barriers, and Reduce reads
+// a key's only change (the usual case) no more once it is grouped: in
+// key order the changes lie scattered over the batch.
+type keyGroup struct {
+	prefix  keyPrefix
+	unavail uint64
+	id, n   int32
+}
+
+// sortGroups sorts groups by key: by prefix with a radix sort (one stable
+// counting pass per byte position, only positions where the prefixes
+// differ: three for a batch of integer keys below 2^24), then runs of
+// equal prefixes (keys longer than 16 bytes, or equal but for trailing
+// zero bytes) by their bytes. It returns groups or a scratch copy. A
+// comparison sort of the keys was Reduce's largest step.
+func sortGroups(groups []keyGroup, keys []string) []keyGroup {
+	if len(groups) < 64 {
+		slices.SortFunc(groups, func(a, b keyGroup) int {
+			if d := a.prefix.compare(b.prefix); d != 0 {
+				return d
+			}
+			return strings.Compare(keys[a.id], keys[b.id])
+		})
+		return groups
+	}
+	var diff keyPrefix // the bits where some prefix differs from the first
+	first := groups[0].prefix
+	for i := range groups {
+		diff[0] |= groups[i].prefix[0] ^ first[0]
+		diff[1] |= groups[i].prefix[1] ^ first[1]
+	}
+	var counts [256]int
+	scratch := make([]keyGroup, len(groups))
+	for d := range 16 { // d 0 is the prefix's last byte
+		word, shift := 1-d/8, 8*(d%8)
+		if byte(diff[word]>>shift) == 0 {
+			continue
+		}
+		clear(counts[:])
+		for i := range groups {
+			counts[byte(groups[i].prefix[word]>>shift)]++
+		}
+		off := 0
+		for b, n := range counts {
+			counts[b] = off
+			off += n
+		}
+		for i := range groups {
+			b := byte(groups[i].prefix[word] >> shift)
+			scratch[counts[b]] = groups[i]
+			counts[b]++
+		}
+		groups, scratch = scratch, groups
+	}
+	for i := 0; i < len(groups); {
+		j := i + 1
+		for j < len(groups) && groups[j].prefix == groups[i].prefix {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(groups[i:j], func(a, b keyGroup) int { return strings.Compare(keys[a.id], keys[b.id]) })
+		}
+		i = j
+	}
+	return groups
+}
+
+// fill notes, for column col that the winner left unavailable, the value
+// of the newest older change in the batch that carried one.
+func (r *Reduced) fill(col int) {
+	g, w := r.Changes, r.Winner
+	for k := len(g) - 2; k >= 0; k-- {
+		// An older change with the same sequence is a replay of the
+		// winner, not a previous version.
+		if bytes.Equal(g[k].Seq, w.Seq) {
+			continue
+		}
+		if ov := g[k].Values[col]; !ov.IsUnavailable() {
+			r.Fills = append(r.Fills, Fill{Column: col, Value: ov, Seq: g[k].Seq})
+			return
+		}
+	}
+}
+
+// keyPrefix is a key's first 16 bytes as two big-endian words, zero
+// padded: comparing prefixes orders keys as comparing their bytes does,
+// except that equal prefixes need the keys themselves compared.
+type keyPrefix [2]uint64
+
+func prefixOf(key string) keyPrefix {
+	var b [16]byte
+	copy(b[:], key)
+	return keyPrefix{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+func (p keyPrefix) compare(o keyPrefix) int {
+	switch {
+	case p[0] != o[0]:
+		return cmp.Compare(p[0], o[0])
+	case p[1] != o[1]:
+		return cmp.Compare(p[1], o[1])
+	}
+	return 0
 }
 
 // StoredRow is a key's current row in the table.

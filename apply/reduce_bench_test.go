@@ -33,6 +33,7 @@ func BenchmarkReduce(b *testing.B) {
 				seq := binary.BigEndian.AppendUint64([]byte{1, 1}, uint64(i+1))
 				batch[i] = &Change{Key: EncodeKey(vals, []int{0}), Seq: seq, Values: vals,
 					Pos: Position{Topic: "t", Partition: int32(id % 4), Offset: int64(i)}}
+				batch[i].unavail = noteUnavailable(vals) // as Project notes them
 			}
 			b.ReportAllocs()
 			b.ResetTimer()

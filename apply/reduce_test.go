@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -259,6 +260,28 @@ func TestReduceShards(t *testing.T) {
 			got := Reduce(batch)
 			if len(got) != len(want) {
 				t.Fatalf("%d keys, want %d", len(got), len(want))
+			}
+			// The same batch with its unavailable columns noted as
+			// Project notes them (some changes only: a change from
+			// elsewhere is scanned) reduces to the same outcome.
+			noted := make([]*Change, len(batch))
+			copies := map[*Change]*Change{}
+			for i, c := range batch {
+				if copies[c] == nil {
+					cp := *c
+					if rng.IntN(4) != 0 {
+						cp.unavail = noteUnavailable(cp.Values)
+					}
+					copies[c] = &cp
+				}
+				noted[i] = copies[c]
+			}
+			for i, r := range Reduce(noted) {
+				if r.Winner.Key != want[i].Winner.Key || !bytes.Equal(r.Winner.Seq, want[i].Winner.Seq) || r.Winner.Pos != want[i].Winner.Pos ||
+					r.unavail != want[i].unavail || len(r.Changes) != len(want[i].Changes) || !reflect.DeepEqual(r.Fills, want[i].Fills) {
+					t.Fatalf("key %s noted by Project: winner %v %v, unavailable %b, fills %v; unnoted: %v %v, %b, %v", r.Winner.Key,
+						r.Winner.Seq, r.Winner.Pos, r.unavail, r.Fills, want[i].Winner.Seq, want[i].Winner.Pos, want[i].unavail, want[i].Fills)
+				}
 			}
 			for i := range want {
 				if !reflect.DeepEqual(got[i], want[i]) {
