@@ -37,6 +37,11 @@ type Engine struct {
 	extra  []kgo.Opt
 	tables []*tableRun
 
+	// The buffered changes' blocks, used by the loop's goroutine only
+	// (routeTo): changes and their key and sequence bytes.
+	routedChanges routedBlock
+	changeBytes   byteArena
+
 	routeMu sync.Mutex                           // serializes adding to routes
 	routes  atomic.Pointer[map[string]*tableRun] // topic -> table, resolved once per topic; replaced, never changed
 
@@ -912,8 +917,8 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		e.halt(t, "schema", err)
 		return
 	}
-	c, err := t.layout().Project(&ch)
-	if err != nil {
+	rc := e.routedChanges.next()
+	if err := t.layout().projectInto(&ch, &rc.Change, &e.changeBytes); err != nil {
 		var pe *ProjectError
 		if errors.As(err, &pe) {
 			e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
@@ -922,8 +927,34 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		e.halt(t, "schema", err)
 		return
 	}
-	c.Raw = &rec
-	t.buf.changes = append(t.buf.changes, c)
+	rc.rec = rec
+	rc.Raw = &rc.rec
+	t.buf.changes = append(t.buf.changes, &rc.Change)
+}
+
+// routedChange is a buffered change and the record it came from, in one
+// allocation (a record that is not a change allocates neither).
+type routedChange struct {
+	Change
+	rec debezium.Record
+}
+
+// routedBlock allocates routed changes in blocks: a block lives while any
+// change in it is buffered or committing, then goes to the collector with
+// the last of them.
+type routedBlock struct{ free []routedChange }
+
+// routedBlockLen is the number of changes in a block.
+const routedBlockLen = 128
+
+// next returns a zeroed change.
+func (b *routedBlock) next() *routedChange {
+	if len(b.free) == 0 {
+		b.free = make([]routedChange, routedBlockLen)
+	}
+	rc := &b.free[0]
+	b.free = b.free[1:]
+	return rc
 }
 
 // truncate applies a source TRUNCATE by the table's truncate policy. For

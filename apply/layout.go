@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cdcapply/cdcapply/debezium"
 	"github.com/cdcapply/cdcapply/delta"
@@ -201,11 +202,22 @@ func (e *ProjectError) Error() string { return e.Reason + ": " + e.Detail }
 // must not have columns the layout lacks (extend the layout first). The
 // change may take over the image's values (the caller gives ch up).
 func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
-	if !ch.Seq.Valid() {
-		return nil, &ProjectError{"null_sequence", "the change has no source sequence"}
+	out := new(Change)
+	if err := l.projectInto(ch, out, nil); err != nil {
+		return nil, err
 	}
-	out := &Change{
-		Seq:            ch.Seq.Key(),
+	return out, nil
+}
+
+// projectInto is Project into a change the caller allocated (the engine
+// allocates it together with the record it keeps), with its key and
+// sequence bytes from arena (nil: allocated each).
+func (l *Layout) projectInto(ch *debezium.Change, out *Change, arena *byteArena) error {
+	if !ch.Seq.Valid() {
+		return &ProjectError{"null_sequence", "the change has no source sequence"}
+	}
+	*out = Change{
+		Seq:            arena.sequence(ch.Seq),
 		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
 		Delete:         ch.Op == debezium.OpDelete,
 		SourceTsMicros: ch.SourceTsMs * 1000,
@@ -236,14 +248,14 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 	if p != nil {
 		for i, col := range p.cols {
 			if col < 0 {
-				return nil, &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", img.Type.Fields[i].Name)}
+				return &ProjectError{"schema_mismatch", fmt.Sprintf("column %q is not in the table", img.Type.Fields[i].Name)}
 			}
 			if !out.Delete && !shared {
 				out.Values[col] = img.Values[i]
 			}
 		}
 	} else if !out.Delete {
-		return nil, &ProjectError{"missing_image", fmt.Sprintf("op %s without an after image", ch.Op)}
+		return &ProjectError{"missing_image", fmt.Sprintf("op %s without an after image", ch.Op)}
 	}
 	// Key values: the row image's key columns, else the record key.
 	for j, k := range l.Key {
@@ -257,13 +269,13 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 			v, ok = keyValue(ch.Key, name)
 		}
 		if !ok || v.IsNull() || v.IsUnavailable() {
-			return nil, &ProjectError{"missing_key", fmt.Sprintf("key column %q has no value", name)}
+			return &ProjectError{"missing_key", fmt.Sprintf("key column %q has no value", name)}
 		}
 		out.Values[k] = v
 	}
-	out.Key = EncodeKey(out.Values, l.Key)
+	out.Key = arena.key(out.Values, l.Key)
 	out.unavail = noteUnavailable(out.Values)
-	return out, nil
+	return nil
 }
 
 func keyValue(k debezium.Key, name string) (schema.Value, bool) {
@@ -285,6 +297,51 @@ func EncodeKey(values []schema.Value, key []int) string {
 		b = appendKeyValue(b, values[k])
 	}
 	return string(b)
+}
+
+// byteArena holds the key and sequence bytes of the changes the engine
+// routes, in blocks, instead of two small allocations per change. Its
+// bytes are never written once handed out, and a block lives while any
+// change that points into it does (changes are released batch by batch;
+// the key index copies what it keeps).
+type byteArena struct{ b []byte }
+
+// byteArenaBlock is the size of the arena's blocks.
+const byteArenaBlock = 64 << 10
+
+// reserve makes room for n more bytes in the current block, starting a
+// new one when it lacks them.
+func (a *byteArena) reserve(n int) {
+	if cap(a.b)-len(a.b) < n {
+		a.b = make([]byte, 0, max(byteArenaBlock, n))
+	}
+}
+
+// sequence returns s.Key() (from the arena unless a is nil).
+func (a *byteArena) sequence(s debezium.Sequence) []byte {
+	if a == nil {
+		return s.Key()
+	}
+	a.reserve(2 + int(s.N)*9)
+	start := len(a.b)
+	a.b = s.AppendKey(a.b) // a longer key than reserved moves to a copy of the block: still never written
+	return a.b[start:len(a.b):len(a.b)]
+}
+
+// key returns EncodeKey(values, key) (from the arena unless a is nil).
+func (a *byteArena) key(values []schema.Value, key []int) string {
+	if a == nil {
+		return EncodeKey(values, key)
+	}
+	a.reserve(64)
+	start := len(a.b)
+	for _, k := range key {
+		a.b = appendKeyValue(a.b, values[k])
+	}
+	if len(a.b) == start {
+		return ""
+	}
+	return unsafe.String(&a.b[start], len(a.b)-start)
 }
 
 func appendKeyValue(b []byte, v schema.Value) []byte {

@@ -213,3 +213,43 @@ func BenchmarkLayoutMissing(b *testing.B) {
 		}
 	}
 }
+
+// TestByteArena: keys and sequences taken from the arena equal the
+// allocating encodings and stay unchanged while the arena fills blocks,
+// including a key longer than the room it reserves (which moves the
+// block) and an empty key; a sequence cannot be appended to in place.
+func TestByteArena(t *testing.T) {
+	var a byteArena
+	type got struct {
+		key, wantKey string
+		seq, wantSeq []byte
+	}
+	var all []got
+	for i := range 20_000 {
+		vals := []schema.Value{schema.Int(int64(i)), schema.String(fmt.Sprintf("k%d", i))}
+		if i%997 == 0 {
+			vals[1] = schema.String(string(make([]byte, 300+i%7))) // longer than reserved
+		}
+		keyCols := []int{0, 1}
+		if i%5003 == 0 {
+			keyCols = nil // an empty key
+		}
+		seq := debezium.Sequence{Connector: debezium.ConnectorPostgres, N: 2}
+		seq.Parts[0] = debezium.Part{Kind: debezium.PartUint, U: uint64(i)}
+		seq.Parts[1] = debezium.Part{Kind: debezium.PartUint, U: uint64(i * 3)}
+		all = append(all, got{a.key(vals, keyCols), EncodeKey(vals, keyCols), a.sequence(seq), seq.Key()})
+	}
+	for i, g := range all {
+		if g.key != g.wantKey || !slices.Equal(g.seq, g.wantSeq) {
+			t.Fatalf("change %d: key %q seq %x, want %q %x", i, g.key, g.seq, g.wantKey, g.wantSeq)
+		}
+		if cap(g.seq) != len(g.seq) {
+			t.Fatalf("change %d: sequence has room to append into the arena (%d of %d)", i, len(g.seq), cap(g.seq))
+		}
+	}
+	var nilArena *byteArena // Project's: allocates
+	vals := []schema.Value{schema.Int(7)}
+	if k := nilArena.key(vals, []int{0}); k != EncodeKey(vals, []int{0}) {
+		t.Errorf("nil arena key %q", k)
+	}
+}
