@@ -463,3 +463,18 @@ func BenchmarkReadValuesAt(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkComputeStats measures the Delta stats of the benchmark record
+// (what Write computes after encoding), per row.
+func BenchmarkComputeStats(b *testing.B) {
+	rec := benchRecord(b, benchRows)
+	defer rec.Release()
+	l := benchLayout()
+	b.ResetTimer()
+	for b.Loop() {
+		if s := l.ComputeStats(rec); s.NumRecords != benchRows {
+			b.Fatalf("stats of %d rows, want %d", s.NumRecords, benchRows)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRows), "ns/row")
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -229,6 +230,29 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		}
 		return num(strconv.FormatFloat(mn, 'g', -1, bits)), num(strconv.FormatFloat(mx, 'g', -1, bits)), true
 	}
+	if parentNull == nil {
+		// The usual case, a top-level column: a loop over the values
+		// themselves instead of two calls per value.
+		switch a := arr.(type) {
+		case *array.Int32:
+			mn, mx := sliceBounds(a.Int32Values(), arr, first)
+			return num(strconv.FormatInt(int64(mn), 10)), num(strconv.FormatInt(int64(mx), 10)), true
+		case *array.Int64:
+			mn, mx := sliceBounds(a.Int64Values(), arr, first)
+			return num(strconv.FormatInt(mn, 10)), num(strconv.FormatInt(mx, 10)), true
+		case *array.Timestamp:
+			mn, mx := sliceBounds(a.TimestampValues(), arr, first)
+			utc := a.DataType().(*arrow.TimestampType).TimeZone != ""
+			return str(formatMillis(floorDiv(int64(mn), 1000), utc)), str(formatMillis(-floorDiv(-int64(mx), 1000), utc)), true
+		case *array.String:
+			mn, mx := stringBounds(a, first)
+			hi, ok := truncateMax(mx)
+			if !ok {
+				return nil, nil, false
+			}
+			return str(prefix(mn)), str(hi), true
+		}
+	}
 	switch a := arr.(type) {
 	case *array.Int8:
 		return ints(func(i int) int64 { return int64(a.Value(i)) })
@@ -275,6 +299,50 @@ func minMax(arr arrow.Array, parentNull []bool) (lo, hi json.RawMessage, ok bool
 		return str(prefix(mn)), str(hi), true
 	}
 	return nil, nil, false
+}
+
+// sliceBounds is bounds over vals, arr's values (first being valid),
+// with arr's own validity.
+func sliceBounds[T cmp.Ordered](vals []T, arr arrow.Array, first int) (mn, mx T) {
+	mn, mx = vals[first], vals[first]
+	if arr.NullN() == 0 {
+		for _, v := range vals[first+1:] {
+			if v < mn {
+				mn = v
+			} else if v > mx {
+				mx = v
+			}
+		}
+		return mn, mx
+	}
+	bm, off := arr.NullBitmapBytes(), arr.Data().Offset()
+	for i := first + 1; i < len(vals); i++ {
+		if v := vals[i]; bitutil.BitIsSet(bm, off+i) {
+			if v < mn {
+				mn = v
+			} else if v > mx {
+				mx = v
+			}
+		}
+	}
+	return mn, mx
+}
+
+// stringBounds is bounds over a string array's values (first being valid).
+func stringBounds(a *array.String, first int) (mn, mx string) {
+	mn, mx = a.Value(first), a.Value(first)
+	nulls := a.NullN() != 0
+	for i := first + 1; i < a.Len(); i++ {
+		if nulls && a.IsNull(i) {
+			continue
+		}
+		if v := a.Value(i); v < mn {
+			mn = v
+		} else if v > mx {
+			mx = v
+		}
+	}
+	return mn, mx
 }
 
 // bounds returns the least and greatest of get(i) for the valid i in
