@@ -2,13 +2,16 @@ package apply
 
 import (
 	"cmp"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
@@ -16,16 +19,18 @@ import (
 )
 
 // rowsToArrow builds one Arrow record of the table schema from rows: the
-// source columns, then the engine columns.
+// source columns, then the engine columns. A top-level column of a scalar
+// type is written straight into its buffers (colBuild); nested columns go
+// through Arrow's builders.
 func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch, error) {
-	b := array.NewRecordBuilder(memory.DefaultAllocator, sch)
-	defer b.Release()
-	// Size every builder once: growing by doubling copies and zeroes the
-	// buffers again and again (most of rowsToArrow's time before).
-	for i := 0; i < sch.NumFields(); i++ {
-		b.Field(i).Reserve(len(rows))
+	n := len(rows)
+	cols := make([]*colBuild, nSource)
+	for i := range cols {
+		cols[i] = newColBuild(sch.Field(i).Type, n)
+		defer cols[i].release()
 	}
-	fbs := make([]array.Builder, nSource)
+	// Size the text buffers once: growing by doubling copies them again
+	// and again.
 	text := make([]int, nSource)
 	for r := range rows {
 		for i, v := range rows[r].Values[:nSource] {
@@ -34,20 +39,16 @@ func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch,
 			}
 		}
 	}
-	for i := range fbs {
-		fbs[i] = b.Field(i)
-		if bb, ok := fbs[i].(*array.BinaryBuilder); ok {
-			bb.ReserveData(text[i])
-		} else if sb, ok := fbs[i].(*array.StringBuilder); ok {
-			sb.ReserveData(text[i])
+	for i, c := range cols {
+		if c.offsets != nil {
+			c.data = make([]byte, 0, text[i])
 		}
 	}
-	// The columns in two parts on two goroutines (the builders are per
-	// column); within a part, row by row: each row's values are read once
-	// while they are in cache (column by column re-read every row once per
-	// column).
+	// The columns in two parts on two goroutines; within a part, row by
+	// row: each row's values are read once while they are in cache
+	// (column by column re-read every row once per column).
 	split := nSource * 2 / 3 // the other goroutine also builds the engine columns
-	if runtime.GOMAXPROCS(0) < 2 || len(rows) < 1024 {
+	if runtime.GOMAXPROCS(0) < 2 || n < 1024 {
 		split = 0 // one goroutine: not worth starting another
 	}
 	var wg sync.WaitGroup
@@ -56,52 +57,250 @@ func rowsToArrow(sch *arrow.Schema, nSource int, rows []Row) (arrow.RecordBatch,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			firstErr = appendColumns(sch, fbs, rows, 0, split)
+			firstErr = buildColumns(sch, cols, rows, 0, split)
 		}()
 	}
-	err := appendColumns(sch, fbs, rows, split, nSource)
-	seq := b.Field(nSource).(*array.StringBuilder)
+	err := buildColumns(sch, cols, rows, split, nSource)
+	engine := engineArrays(sch, nSource, rows)
+	wg.Wait()
+	if err = cmp.Or(firstErr, err); err != nil {
+		for _, a := range engine {
+			a.Release()
+		}
+		return nil, err
+	}
+	arrays := make([]arrow.Array, 0, nSource+len(engine))
+	for _, c := range cols {
+		arrays = append(arrays, c.finish())
+	}
+	arrays = append(arrays, engine...)
+	rec := array.NewRecordBatch(sch, arrays, int64(n))
+	for _, a := range arrays {
+		a.Release()
+	}
+	return rec, nil
+}
+
+// engineArrays builds the engine columns of rows: _cdc_seq (the
+// sequence in hex), _cdc_deleted, _cdc_source_ts (NULL when unknown),
+// _cdc_applied_at.
+func engineArrays(sch *arrow.Schema, nSource int, rows []Row) []arrow.Array {
+	n := len(rows)
+	typ := func(k int) arrow.DataType { return sch.Field(nSource + k).Type }
 	seqBytes := 0
 	for _, r := range rows {
 		seqBytes += 2 * len(r.Seq)
 	}
-	seq.ReserveData(seqBytes)
-	del := b.Field(nSource + 1).(*array.BooleanBuilder)
-	src := b.Field(nSource + 2).(*array.TimestampBuilder)
-	app := b.Field(nSource + 3).(*array.TimestampBuilder)
-	var hexSeq []byte // SeqText without a string per row
-	for _, r := range rows {
-		hexSeq = hex.AppendEncode(hexSeq[:0], r.Seq)
-		seq.BinaryBuilder.Append(hexSeq)
-		del.Append(r.Deleted)
+	seq, del, src, app := newColBuild(typ(0), n), newColBuild(typ(1), n), newColBuild(typ(2), n), newColBuild(typ(3), n)
+	seq.data = make([]byte, 0, seqBytes)
+	for i, r := range rows {
+		seq.data = hex.AppendEncode(seq.data, r.Seq)
+		seq.offsets[i+1] = int32(len(seq.data))
+		bitutil.SetBit(seq.valid, i)
+		del.putInt(i, int64(boolInt(r.Deleted)))
 		if r.SourceTsMicros == 0 {
-			src.AppendNull()
+			src.nulls++
 		} else {
-			src.Append(arrow.Timestamp(r.SourceTsMicros))
+			src.putInt(i, r.SourceTsMicros)
 		}
-		app.Append(arrow.Timestamp(r.AppliedMicros))
+		app.putInt(i, r.AppliedMicros)
 	}
-	wg.Wait()
-	if err = cmp.Or(firstErr, err); err != nil {
-		return nil, err
-	}
-	return b.NewRecordBatch(), nil
+	return []arrow.Array{seq.finish(), del.finish(), src.finish(), app.finish()}
 }
 
-// appendColumns appends the rows' values of source columns [from, to).
-func appendColumns(sch *arrow.Schema, fbs []array.Builder, rows []Row, from, to int) error {
-	apps := make([]appender, to-from)
-	for i := range apps {
-		apps[i] = appenderFor(fbs[from+i])
+func boolInt(b bool) int {
+	if b {
+		return 1
 	}
+	return 0
+}
+
+// buildColumns writes the rows' values of source columns [from, to).
+func buildColumns(sch *arrow.Schema, cols []*colBuild, rows []Row, from, to int) error {
 	for r := range rows {
 		for i, v := range rows[r].Values[from:to] {
-			if err := apps[i](v); err != nil {
+			if err := cols[from+i].put(r, v); err != nil {
 				return fmt.Errorf("column %s row %d: %w", sch.Field(from+i).Name, r, err)
 			}
 		}
 	}
 	return nil
+}
+
+// colBuild builds one column of n rows. A scalar column is written into
+// Go-allocated buffers laid out as Arrow's (a validity bitmap, then the
+// values: fixed-width slots, a boolean bitmap, or 32-bit offsets and
+// bytes), without a builder's per-value bookkeeping; other types use a
+// builder and its appender.
+type colBuild struct {
+	typ     arrow.DataType
+	id      arrow.Type // typ.ID(), asked once
+	rows    int
+	width   int // bytes per value of a fixed-width column (0: bits, text, or a builder)
+	valid   []byte
+	nulls   int
+	fixed   []byte  // fixed-width values, or the boolean bitmap
+	offsets []int32 // strings and binaries
+	data    []byte
+	scale   int32 // a decimal's
+	b       array.Builder
+	app     appender
+}
+
+func newColBuild(t arrow.DataType, n int) *colBuild {
+	c := &colBuild{typ: t, id: t.ID(), rows: n, valid: make([]byte, bitutil.BytesForBits(int64(n)))}
+	switch t := t.(type) {
+	case *arrow.BooleanType:
+		c.fixed = make([]byte, bitutil.BytesForBits(int64(n)))
+	case *arrow.StringType, *arrow.BinaryType:
+		c.offsets = make([]int32, n+1)
+	case *arrow.Decimal128Type:
+		c.width, c.scale = 16, t.Scale
+	case arrow.FixedWidthDataType:
+		switch t.ID() {
+		case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64, arrow.FLOAT32, arrow.FLOAT64, arrow.DATE32, arrow.TIMESTAMP:
+			c.width = t.BitWidth() / 8
+		}
+	}
+	switch {
+	case c.width > 0:
+		c.fixed = make([]byte, n*c.width)
+	case c.fixed == nil && c.offsets == nil:
+		c.valid = nil
+		c.b = array.NewBuilder(memory.DefaultAllocator, t)
+		c.b.Reserve(n)
+		c.app = appenderFor(c.b)
+	}
+	return c
+}
+
+// put writes row i's value (rows are put in order).
+func (c *colBuild) put(i int, v schema.Value) error {
+	if c.b != nil {
+		return c.app(v)
+	}
+	switch v.Kind {
+	case schema.KindNull:
+		c.nulls++
+		if c.offsets != nil {
+			c.offsets[i+1] = int32(len(c.data))
+		}
+		return nil
+	case schema.KindUnavailable:
+		return errUnavailable
+	}
+	bitutil.SetBit(c.valid, i)
+	switch c.id {
+	case arrow.BOOL:
+		if v.I != 0 {
+			bitutil.SetBit(c.fixed, i)
+		}
+	case arrow.FLOAT32:
+		binary.LittleEndian.PutUint32(c.fixed[4*i:], math.Float32bits(float32(floatOf(v))))
+	case arrow.FLOAT64:
+		binary.LittleEndian.PutUint64(c.fixed[8*i:], math.Float64bits(floatOf(v)))
+	case arrow.DECIMAL128:
+		hi, lo, err := decimalOf(v, c.scale)
+		if err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint64(c.fixed[16*i:], lo)
+		binary.LittleEndian.PutUint64(c.fixed[16*i+8:], uint64(hi))
+	case arrow.STRING:
+		s, err := stringOf(v)
+		if err != nil {
+			return err
+		}
+		return c.putBytes(i, s)
+	case arrow.BINARY:
+		return c.putBytes(i, v.S) // a string's bytes or a binary's
+	default:
+		c.putInt(i, v.I)
+	}
+	return nil
+}
+
+// putInt writes row i's integer into a fixed-width integer slot (or the
+// boolean bitmap) and marks it valid.
+func (c *colBuild) putInt(i int, x int64) {
+	bitutil.SetBit(c.valid, i)
+	switch c.width {
+	case 0:
+		if x != 0 {
+			bitutil.SetBit(c.fixed, i)
+		}
+	case 1:
+		c.fixed[i] = byte(x)
+	case 2:
+		binary.LittleEndian.PutUint16(c.fixed[2*i:], uint16(x))
+	case 4:
+		binary.LittleEndian.PutUint32(c.fixed[4*i:], uint32(x))
+	default:
+		binary.LittleEndian.PutUint64(c.fixed[8*i:], uint64(x))
+	}
+}
+
+func (c *colBuild) putBytes(i int, s string) error {
+	if len(c.data)+len(s) > math.MaxInt32 {
+		return fmt.Errorf("more than 2 GiB of %s values in one file", c.typ)
+	}
+	c.data = append(c.data, s...)
+	c.offsets[i+1] = int32(len(c.data))
+	return nil
+}
+
+// finish returns the column's array.
+func (c *colBuild) finish() arrow.Array {
+	if c.b != nil {
+		return c.b.NewArray()
+	}
+	var validity *memory.Buffer
+	if c.nulls > 0 {
+		validity = memory.NewBufferBytes(c.valid)
+	}
+	bufs := []*memory.Buffer{validity, memory.NewBufferBytes(c.fixed)}
+	if c.offsets != nil {
+		bufs = []*memory.Buffer{validity, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(c.offsets)), memory.NewBufferBytes(c.data)}
+	}
+	d := array.NewData(c.typ, c.rows, bufs, nil, c.nulls, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
+
+// release frees a builder that was not finished (an error).
+func (c *colBuild) release() {
+	if c.b != nil {
+		c.b.Release()
+	}
+}
+
+// floatOf is a float column's value of v: a float, or an integer converted.
+func floatOf(v schema.Value) float64 {
+	if v.Kind == schema.KindFloat {
+		return v.Float()
+	}
+	return float64(v.I)
+}
+
+// stringOf is a string column's value of v: a string, or a decimal's text.
+func stringOf(v schema.Value) (string, error) {
+	switch v.Kind {
+	case schema.KindString:
+		return v.S, nil
+	case schema.KindDecimal:
+		return v.DecimalString(), nil
+	}
+	return "", fmt.Errorf("%s value for a string column", v.Kind)
+}
+
+// decimalOf is a decimal column's value of v, which must be a decimal of
+// the column's scale.
+func decimalOf(v schema.Value, scale int32) (hi int64, lo uint64, err error) {
+	if v.Kind != schema.KindDecimal || v.Scale != scale {
+		return 0, 0, fmt.Errorf("%s value of scale %d for a decimal column of scale %d", v.Kind, v.Scale, scale)
+	}
+	h, l := v.Decimal128()
+	return h, l, nil
 }
 
 // appender appends one typed value to its builder.
@@ -173,11 +372,7 @@ func appenderFor(b array.Builder) appender {
 			if ok, err := present(b, v); !ok {
 				return err
 			}
-			if v.Kind == schema.KindFloat {
-				b.Append(float32(v.Float()))
-			} else {
-				b.Append(float32(v.I))
-			}
+			b.Append(float32(floatOf(v)))
 			return nil
 		}
 	case *array.Float64Builder:
@@ -185,11 +380,7 @@ func appenderFor(b array.Builder) appender {
 			if ok, err := present(b, v); !ok {
 				return err
 			}
-			if v.Kind == schema.KindFloat {
-				b.Append(v.Float())
-			} else {
-				b.Append(float64(v.I))
-			}
+			b.Append(floatOf(v))
 			return nil
 		}
 	case *array.StringBuilder:
@@ -197,14 +388,11 @@ func appenderFor(b array.Builder) appender {
 			if ok, err := present(b, v); !ok {
 				return err
 			}
-			switch v.Kind {
-			case schema.KindString:
-				b.Append(v.S)
-			case schema.KindDecimal:
-				b.Append(v.DecimalString())
-			default:
-				return fmt.Errorf("%s value for a string column", v.Kind)
+			s, err := stringOf(v)
+			if err != nil {
+				return err
 			}
+			b.Append(s)
 			return nil
 		}
 	case *array.BinaryBuilder:
@@ -212,11 +400,7 @@ func appenderFor(b array.Builder) appender {
 			if ok, err := present(b, v); !ok {
 				return err
 			}
-			if v.Kind == schema.KindString {
-				b.Append([]byte(v.S))
-			} else {
-				b.Append(v.Bytes())
-			}
+			b.Append(v.Bytes()) // a string's bytes or a binary's; the builder copies them
 			return nil
 		}
 	case *array.Date32Builder:
@@ -241,10 +425,10 @@ func appenderFor(b array.Builder) appender {
 			if ok, err := present(b, v); !ok {
 				return err
 			}
-			if v.Kind != schema.KindDecimal || v.Scale != want {
-				return fmt.Errorf("%s value of scale %d for a decimal column of scale %d", v.Kind, v.Scale, want)
+			hi, lo, err := decimalOf(v, want)
+			if err != nil {
+				return err
 			}
-			hi, lo := v.Decimal128()
 			b.Append(decimal128.New(hi, lo))
 			return nil
 		}

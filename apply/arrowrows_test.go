@@ -2,6 +2,7 @@ package apply
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -55,6 +56,35 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 			back[r].SourceTsMicros != rows[r].SourceTsMicros || back[r].AppliedMicros != rows[r].AppliedMicros {
 			t.Errorf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
 		}
+	}
+	// Many rows (built on two goroutines), each column NULL at random,
+	// and no rows at all.
+	rng := rand.New(rand.NewPCG(1, 9))
+	many := make([]Row, 3000)
+	for i := range many {
+		vals := append([]schema.Value(nil), full...)
+		vals[0] = schema.Int(int64(i))
+		for c := 1; c < len(vals); c++ {
+			if rng.IntN(3) == 0 {
+				vals[c] = schema.Null
+			}
+		}
+		many[i] = Row{Values: vals, Seq: []byte{byte(i), byte(i >> 8)}, Deleted: i%2 == 0, SourceTsMicros: int64(i % 3), AppliedMicros: int64(i)}
+	}
+	back = arrowRoundTrip(t, sch, len(l.Source), many)
+	for r := range many {
+		for c := range many[r].Values {
+			if !back[r].Values[c].Equal(many[r].Values[c]) {
+				t.Fatalf("row %d of many, col %s: got %#v want %#v", r, l.Source[c].Name, back[r].Values[c], many[r].Values[c])
+			}
+		}
+		if string(back[r].Seq) != string(many[r].Seq) || back[r].Deleted != many[r].Deleted ||
+			back[r].SourceTsMicros != many[r].SourceTsMicros || back[r].AppliedMicros != many[r].AppliedMicros {
+			t.Fatalf("row %d of many, engine columns: got %+v want %+v", r, back[r], many[r])
+		}
+	}
+	if back := arrowRoundTrip(t, sch, len(l.Source), nil); len(back) != 0 {
+		t.Errorf("no rows came back as %d", len(back))
 	}
 	// The placeholder must never be written, in a column of any type (each
 	// has its own appender) nor inside a nested value.
