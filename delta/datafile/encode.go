@@ -212,6 +212,19 @@ func encodeParquetTo(out *bytes.Buffer, rec arrow.RecordBatch, o writeOptions) e
 		}
 		root = append(root, field{Node: n, name: f.Name})
 	}
+	if flatWritable(rec, o) {
+		codecs := make([]compress.Codec, len(root))
+		for i, f := range rec.Schema().Fields() {
+			codecs[i] = codec
+			if o.rawFixed[f.Name] && flatKindOf(f.Type) != flatBinary {
+				codecs[i] = &pquncompressed.Codec{}
+			}
+		}
+		if err := encodeFlat(out, rec, root, codecs, o); err != nil {
+			return fmt.Errorf("encode parquet: %w", err)
+		}
+		return nil
+	}
 	sc := pq.NewSchema("spark_schema", root)
 	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", "")}
 	if o.page > 0 {
