@@ -253,9 +253,10 @@ func schemaElement(f pq.Field) format.SchemaElement {
 
 // flatScratch holds one goroutine's buffers between pages.
 type flatScratch struct {
-	values, levels, header bytes.Buffer
-	compressed             []byte
-	enc                    *thrift.Encoder
+	levels, header bytes.Buffer
+	values         []byte // a page's PLAIN values
+	compressed     []byte
+	enc            *thrift.Encoder
 }
 
 // encode writes arr's values as pages of about page bytes of values.
@@ -264,19 +265,38 @@ func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *
 	n := arr.Len()
 	ch.values = int64(n)
 	ch.index.BoundaryOrder = format.Unordered
+	var i32 []int32 // the values of a column whose Arrow values are its PLAIN ones
+	var i64 []int64
+	switch a := arr.(type) {
+	case *array.Int32:
+		i32 = a.Int32Values()
+	case *array.Date32:
+		i32 = arrow.Int32Traits.CastFromBytes(arrow.Date32Traits.CastToBytes(a.Date32Values()))
+	case *array.Int64:
+		i64 = a.Int64Values()
+	case *array.Timestamp:
+		i64 = arrow.Int64Traits.CastFromBytes(arrow.TimestampTraits.CastToBytes(a.TimestampValues()))
+	}
 	for first := 0; first < n || first == 0; {
-		s.values.Reset()
-		end, nulls := first, 0
 		var lo, hi pageBounds
-		for ; end < n && s.values.Len() < page; end++ {
-			if arr.IsNull(end) {
-				nulls++
-				continue
+		var end, nulls int
+		s.values = s.values[:0]
+		switch {
+		case i32 != nil:
+			s.values, end, nulls = plainInts(s.values, i32, arr, first, page, &lo, &hi)
+		case i64 != nil:
+			s.values, end, nulls = plainInts(s.values, i64, arr, first, page, &lo, &hi)
+		default:
+			for end = first; end < n && len(s.values) < page; end++ {
+				if arr.IsNull(end) {
+					nulls++
+					continue
+				}
+				s.values = appendPlain(s.values, arr, kind, end, &lo, &hi)
 			}
-			appendPlain(&s.values, arr, kind, end, &lo, &hi)
-		}
-		if kind == flatBool {
-			packBools(&s.values, arr, first, end)
+			if kind == flatBool {
+				s.values = packBools(s.values, arr, first, end)
+			}
 		}
 		if err := ch.page(arr, first, end, nulls, kind, &lo, &hi, codec, s); err != nil {
 			return err
@@ -289,12 +309,47 @@ func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *
 	return nil
 }
 
+// plainInts appends the PLAIN values of rows from first of an integer
+// column whose Arrow values are vals, until about page bytes, and widens
+// the page's bounds; it returns the row after the last and the NULLs.
+func plainInts[T int32 | int64](b []byte, vals []T, arr arrow.Array, first, page int, lo, hi *pageBounds) (out []byte, end, nulls int) {
+	bm, off := arr.NullBitmapBytes(), arr.Data().Offset()
+	hasNulls := arr.NullN() > 0
+	var mn, mx T
+	set := false
+	wide := unsafe.Sizeof(mn) == 8
+	for end = first; end < len(vals) && len(b) < page; end++ {
+		if hasNulls && !bitutil.BitIsSet(bm, off+end) {
+			nulls++
+			continue
+		}
+		x := vals[end]
+		switch {
+		case !set:
+			mn, mx, set = x, x, true
+		case x < mn:
+			mn = x
+		case x > mx:
+			mx = x
+		}
+		if wide {
+			b = binary.LittleEndian.AppendUint64(b, uint64(x))
+		} else {
+			b = binary.LittleEndian.AppendUint32(b, uint32(x))
+		}
+	}
+	if set {
+		lo.i, lo.set, hi.i, hi.set = int64(mn), true, int64(mx), true
+	}
+	return b, end, nulls
+}
+
 // page writes the values of rows [first, end) that encode put in
 // s.values, with their definition levels, as one version 2 data page.
 func (ch *flatChunk) page(arr arrow.Array, first, end, nulls int, kind flatKind, lo, hi *pageBounds, codec compress.Codec, s *flatScratch) error {
 	s.levels.Reset()
 	appendLevels(&s.levels, arr, first, end, nulls)
-	body := s.values.Bytes()
+	body := s.values
 	cb, err := codec.Encode(s.compressed[:0], body)
 	if err != nil {
 		return fmt.Errorf("compress a page: %w", err)
@@ -422,7 +477,7 @@ func cmpInt(x, y int64) int {
 
 // appendPlain appends row i's value (not null) PLAIN to buf, and widens
 // the page's bounds. Booleans are packed afterwards (packBools).
-func appendPlain(buf *bytes.Buffer, arr arrow.Array, kind flatKind, i int, lo, hi *pageBounds) {
+func appendPlain(buf []byte, arr arrow.Array, kind flatKind, i int, lo, hi *pageBounds) []byte {
 	switch kind {
 	case flatBinary:
 		var v []byte
@@ -433,17 +488,15 @@ func appendPlain(buf *bytes.Buffer, arr arrow.Array, kind flatKind, i int, lo, h
 		case *array.Binary:
 			v = a.Value(i)
 		}
-		var l [4]byte
-		binary.LittleEndian.PutUint32(l[:], uint32(len(v)))
-		buf.Write(l[:])
-		buf.Write(v)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(v)))
+		buf = append(buf, v...)
 		if !lo.set || bytes.Compare(v, lo.b) < 0 {
 			lo.b, lo.set = v, true
 		}
 		if !hi.set || bytes.Compare(v, hi.b) > 0 {
 			hi.b, hi.set = v, true
 		}
-		return
+		return buf
 	case flatFixed:
 		a := arr.(*array.Decimal128)
 		d := a.Value(i)
@@ -451,52 +504,38 @@ func appendPlain(buf *bytes.Buffer, arr arrow.Array, kind flatKind, i int, lo, h
 		binary.BigEndian.PutUint64(be[:8], uint64(d.HighBits()))
 		binary.BigEndian.PutUint64(be[8:], d.LowBits())
 		v := be[16-decimalBytes(a.DataType().(*arrow.Decimal128Type).Precision):]
-		start := buf.Len()
-		buf.Write(v)
-		v = buf.Bytes()[start:] // bounds must outlive be: the page's copy (read before the page is reset)
+		// The bounds keep their own copy: buf may move as it grows.
 		if !lo.set || compareSignedBE(v, lo.b) < 0 {
-			lo.b, lo.set = v, true
+			lo.b, lo.set = append(lo.b[:0:0], v...), true
 		}
 		if !hi.set || compareSignedBE(v, hi.b) > 0 {
-			hi.b, hi.set = v, true
+			hi.b, hi.set = append(hi.b[:0:0], v...), true
 		}
-		return
+		return append(buf, v...)
 	case flatBool:
 		x := int64(0)
 		if arr.(*array.Boolean).Value(i) {
 			x = 1
 		}
 		widen(lo, hi, x)
-		buf.WriteByte(0) // a byte per value while the page fills; packBools packs them
-		return
+		return append(buf, 0) // a byte per value while the page fills; packBools packs them
 	}
 	switch a := arr.(type) {
 	case *array.Float32:
 		x := a.Value(i)
 		widenFloat(lo, hi, float64(x))
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(x))
-		buf.Write(b[:])
-		return
+		return binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
 	case *array.Float64:
 		x := a.Value(i)
 		widenFloat(lo, hi, x)
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], math.Float64bits(x))
-		buf.Write(b[:])
-		return
+		return binary.LittleEndian.AppendUint64(buf, math.Float64bits(x))
 	}
 	x := intValue(arr, i)
 	widen(lo, hi, x)
 	if kind == flatInt32 {
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], uint32(x))
-		buf.Write(b[:])
-		return
+		return binary.LittleEndian.AppendUint32(buf, uint32(x))
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(x))
-	buf.Write(b[:])
+	return binary.LittleEndian.AppendUint64(buf, uint64(x))
 }
 
 func widen(lo, hi *pageBounds, x int64) {
@@ -554,21 +593,22 @@ func intValue(arr arrow.Array, i int) int64 {
 
 // packBools replaces the byte per value appendPlain left for rows
 // [first, end) with PLAIN booleans: one bit per non-null value, LSB first.
-func packBools(buf *bytes.Buffer, arr arrow.Array, first, end int) {
+func packBools(buf []byte, arr arrow.Array, first, end int) []byte {
 	a := arr.(*array.Boolean)
-	packed := make([]byte, bitutil.BytesForBits(int64(buf.Len())))
+	n := len(buf)
+	buf = buf[:bitutil.BytesForBits(int64(n))]
+	clear(buf)
 	k := 0
 	for i := first; i < end; i++ {
 		if a.IsNull(i) {
 			continue
 		}
 		if a.Value(i) {
-			bitutil.SetBit(packed, k)
+			bitutil.SetBit(buf, k)
 		}
 		k++
 	}
-	buf.Reset()
-	buf.Write(packed)
+	return buf
 }
 
 // appendLevels appends the definition levels of rows [first, end) (1:
