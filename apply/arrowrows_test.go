@@ -45,18 +45,7 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := arrowRoundTrip(t, sch, len(l.Source), rows)
-	for r := range rows {
-		for c := range rows[r].Values {
-			if !back[r].Values[c].Equal(rows[r].Values[c]) {
-				t.Errorf("row %d col %s: got %#v want %#v", r, l.Source[c].Name, back[r].Values[c], rows[r].Values[c])
-			}
-		}
-		if string(back[r].Seq) != string(rows[r].Seq) || back[r].Deleted != rows[r].Deleted ||
-			back[r].SourceTsMicros != rows[r].SourceTsMicros || back[r].AppliedMicros != rows[r].AppliedMicros {
-			t.Errorf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
-		}
-	}
+	sameRows(t, l, arrowRoundTrip(t, sch, len(l.Source), rows), rows)
 	// Many rows (built on two goroutines), each column NULL at random,
 	// and no rows at all.
 	rng := rand.New(rand.NewPCG(1, 9))
@@ -71,18 +60,7 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 		}
 		many[i] = Row{Values: vals, Seq: []byte{byte(i), byte(i >> 8)}, Deleted: i%2 == 0, SourceTsMicros: int64(i % 3), AppliedMicros: int64(i)}
 	}
-	back = arrowRoundTrip(t, sch, len(l.Source), many)
-	for r := range many {
-		for c := range many[r].Values {
-			if !back[r].Values[c].Equal(many[r].Values[c]) {
-				t.Fatalf("row %d of many, col %s: got %#v want %#v", r, l.Source[c].Name, back[r].Values[c], many[r].Values[c])
-			}
-		}
-		if string(back[r].Seq) != string(many[r].Seq) || back[r].Deleted != many[r].Deleted ||
-			back[r].SourceTsMicros != many[r].SourceTsMicros || back[r].AppliedMicros != many[r].AppliedMicros {
-			t.Fatalf("row %d of many, engine columns: got %+v want %+v", r, back[r], many[r])
-		}
-	}
+	sameRows(t, l, arrowRoundTrip(t, sch, len(l.Source), many), many)
 	if back := arrowRoundTrip(t, sch, len(l.Source), nil); len(back) != 0 {
 		t.Errorf("no rows came back as %d", len(back))
 	}
@@ -105,6 +83,26 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	mixed[6], mixed[7] = schema.Int(3), schema.Value{Kind: schema.KindDecimal, I: 12345, Scale: 2}
 	if got := arrowRoundTrip(t, sch, len(l.Source), []Row{{Values: mixed, Seq: []byte{1}}})[0].Values; !got[6].Equal(schema.Float(3)) || !got[7].Equal(schema.String("123.45")) {
 		t.Errorf("mixed kinds: f64 %#v, s %#v", got[6], got[7])
+	}
+}
+
+// sameRows checks that rows came back as back: every source column and
+// the engine columns.
+func sameRows(t *testing.T, l *Layout, back, rows []Row) {
+	t.Helper()
+	if len(back) != len(rows) {
+		t.Fatalf("%d rows came back, want %d", len(back), len(rows))
+	}
+	for r := range rows {
+		for c := range rows[r].Values {
+			if !back[r].Values[c].Equal(rows[r].Values[c]) {
+				t.Fatalf("row %d col %s: got %#v want %#v", r, l.Source[c].Name, back[r].Values[c], rows[r].Values[c])
+			}
+		}
+		if string(back[r].Seq) != string(rows[r].Seq) || back[r].Deleted != rows[r].Deleted ||
+			back[r].SourceTsMicros != rows[r].SourceTsMicros || back[r].AppliedMicros != rows[r].AppliedMicros {
+			t.Fatalf("row %d engine columns: got %+v want %+v", r, back[r], rows[r])
+		}
 	}
 }
 

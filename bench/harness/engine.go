@@ -148,27 +148,26 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		ctx, cancel = context.WithTimeout(ctx, job.Timeout)
 		defer cancel()
 	}
-	if job.CPUProfile != "" {
-		f, err := os.Create(job.CPUProfile)
+	for _, p := range []struct {
+		what, path string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{"cpu profile", job.CPUProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"trace", job.Trace, trace.Start, trace.Stop},
+	} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
 		if err != nil {
-			return nil, fmt.Errorf("bench engine: cpu profile: %w", err)
+			return nil, fmt.Errorf("bench engine: %s: %w", p.what, err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := p.start(f); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("bench engine: cpu profile: %w", err)
+			return nil, fmt.Errorf("bench engine: %s: %w", p.what, err)
 		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-	if job.Trace != "" {
-		f, err := os.Create(job.Trace)
-		if err != nil {
-			return nil, fmt.Errorf("bench engine: trace: %w", err)
-		}
-		if err := trace.Start(f); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("bench engine: trace: %w", err)
-		}
-		defer func() { trace.Stop(); f.Close() }()
+		defer func() { p.stop(); f.Close() }()
 	}
 	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
 	start := time.Now()
