@@ -391,8 +391,12 @@ func (ch *flatChunk) page(arr arrow.Array, first, end, nulls int, kind flatKind,
 		return nil
 	}
 	mn, mx := lo.bytes(kind), hi.bytes(kind)
-	ch.index.MinValues = append(ch.index.MinValues, mn)
-	ch.index.MaxValues = append(ch.index.MaxValues, mx)
+	imn, imx := mn, mx
+	if kind == flatBinary {
+		imn, imx = indexMin(mn), indexMax(mx)
+	}
+	ch.index.MinValues = append(ch.index.MinValues, imn)
+	ch.index.MaxValues = append(ch.index.MaxValues, imx)
 	if ch.min == nil || lo.less(kind, ch.min) {
 		ch.min = mn
 	}
@@ -400,6 +404,38 @@ func (ch *flatChunk) page(arr arrow.Array, first, end, nulls int, kind flatKind,
 		ch.max = mx
 	}
 	return nil
+}
+
+// indexBoundBytes is the longest byte array bound a column index holds,
+// as parquet-go writes it: every reader that opens the file reads the
+// page index, and a wide text column's full values made it many times
+// larger. Chunk statistics keep the full values, as parquet-go's do.
+const indexBoundBytes = 16
+
+// indexMin shortens a byte array minimum to a prefix (still a lower
+// bound).
+func indexMin(b []byte) []byte {
+	if len(b) <= indexBoundBytes {
+		return b
+	}
+	return b[:indexBoundBytes:indexBoundBytes]
+}
+
+// indexMax shortens a byte array maximum to an upper bound of at most
+// indexBoundBytes: the prefix with its last byte below 0xff raised by one
+// and the rest dropped; a prefix of only 0xff bytes keeps the value whole.
+func indexMax(b []byte) []byte {
+	if len(b) <= indexBoundBytes {
+		return b
+	}
+	for i := indexBoundBytes - 1; i >= 0; i-- {
+		if b[i] != 0xff {
+			out := bytes.Clone(b[:i+1])
+			out[i]++
+			return out
+		}
+	}
+	return b
 }
 
 // pageBounds is a page's least or greatest value so far.

@@ -153,6 +153,19 @@ func TestFlatWriterMatchesParquetGo(t *testing.T) {
 			}
 			checkBounds(t, fo)
 			checkZeroBounds(t, fo)
+			// Byte array bounds in the column index are cut to 16 bytes,
+			// as parquet-go cuts them (the strings run to 21 bytes).
+			for g, rg := range fo.RowGroups() {
+				for k, cc := range rg.ColumnChunks() {
+					if ci, err := cc.ColumnIndex(); err == nil && cc.Type().Kind() == pq.ByteArray {
+						for p := range ci.NumPages() {
+							if l := max(len(ci.MinValue(p).ByteArray()), len(ci.MaxValue(p).ByteArray())); l > indexBoundBytes {
+								t.Fatalf("row group %d column %d page %d: a %d-byte bound in the column index", g, k, p, l)
+							}
+						}
+					}
+				}
+			}
 		})
 	}
 }
@@ -246,6 +259,30 @@ func checkZeroBounds(t *testing.T, f *pq.File) {
 					t.Errorf("row group %d column %v page %d: zero bounds of the wrong sign: %v %v", g, md.PathInSchema, p, lo, hi)
 				}
 			}
+		}
+	}
+}
+
+// TestIndexBounds: a long byte array minimum is cut to its prefix, a long
+// maximum to the shortest prefix raised past it (0xff bytes carry), and a
+// maximum of only 0xff bytes in its first 16 stays whole.
+func TestIndexBounds(t *testing.T) {
+	long := []byte("abcdefghijklmnopqrstuvwxyz")
+	ff := append(bytes.Repeat([]byte{0xff}, 16), 1)
+	for _, c := range []struct {
+		in, min, max []byte
+	}{
+		{[]byte("short"), []byte("short"), []byte("short")},
+		{long, []byte("abcdefghijklmnop"), []byte("abcdefghijklmnoq")},
+		{append([]byte("abcdefghijklmno"), 0xff, 0xff, 3), append([]byte("abcdefghijklmno"), 0xff), []byte("abcdefghijklmnp")},
+		{ff, ff[:16], ff},
+	} {
+		if got := indexMin(c.in); !bytes.Equal(got, c.min) {
+			t.Errorf("min of %q: %q, want %q", c.in, got, c.min)
+		}
+		got := indexMax(c.in)
+		if !bytes.Equal(got, c.max) || bytes.Compare(got, c.in) < 0 {
+			t.Errorf("max of %q: %q, want %q (at or above it)", c.in, got, c.max)
 		}
 	}
 }
