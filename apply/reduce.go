@@ -257,19 +257,18 @@ func reduceShard(batch []*Change) []Reduced {
 		}
 		w := g[len(g)-1]
 		r := Reduced{Winner: w, Changes: g, unavail: unavail, prefix: kg.prefix}
-		if r.unavail == 0 {
+		if r.unavail == 0 { // not noted by Project
 			r.unavail = noteUnavailable(w.Values)
 		}
-		if r.unavail == 0 {
-			// A column past maxNotedColumn: fill every unavailable one.
-			for col := range w.Values {
-				if w.Values[col].IsUnavailable() {
-					r.fill(col)
-				}
-			}
-		} else if len(g) > 1 {
+		switch {
+		case len(g) == 1: // only older changes of the batch can fill
+		case r.unavail != 0:
 			for m := r.unavail >> 1; m != 0; m &= m - 1 {
 				r.fill(bits.TrailingZeros64(m))
+			}
+		default: // a column past maxNotedColumn
+			for _, col := range r.unavailableColumns() {
+				r.fill(col)
 			}
 		}
 		out = append(out, r)

@@ -277,7 +277,7 @@ func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *
 	case *array.Timestamp:
 		i64 = arrow.Int64Traits.CastFromBytes(arrow.TimestampTraits.CastToBytes(a.TimestampValues()))
 	}
-	for first := 0; first < n || first == 0; {
+	for first := 0; first < n; { // encodeFlat writes no row group without rows
 		var lo, hi pageBounds
 		var end, nulls int
 		s.values = s.values[:0]
@@ -302,9 +302,6 @@ func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *
 			return err
 		}
 		first = end
-		if n == 0 {
-			break
-		}
 	}
 	return nil
 }
@@ -397,10 +394,10 @@ func (ch *flatChunk) page(arr arrow.Array, first, end, nulls int, kind flatKind,
 	}
 	ch.index.MinValues = append(ch.index.MinValues, imn)
 	ch.index.MaxValues = append(ch.index.MaxValues, imx)
-	if ch.min == nil || lo.less(kind, ch.min) {
+	if ch.min == nil || compareBound(kind, mn, ch.min) < 0 {
 		ch.min = mn
 	}
-	if ch.max == nil || hi.greater(kind, ch.max) {
+	if ch.max == nil || compareBound(kind, mx, ch.max) > 0 {
 		ch.max = mx
 	}
 	return nil
@@ -461,15 +458,6 @@ func (p *pageBounds) bytes(kind flatKind) []byte {
 		return binary.LittleEndian.AppendUint64(nil, math.Float64bits(p.f))
 	}
 	return bytes.Clone(p.b)
-}
-
-// less reports whether the bound sorts before other (PLAIN, as bytes gives).
-func (p *pageBounds) less(kind flatKind, other []byte) bool {
-	return compareBound(kind, p.bytes(kind), other) < 0
-}
-
-func (p *pageBounds) greater(kind flatKind, other []byte) bool {
-	return compareBound(kind, p.bytes(kind), other) > 0
 }
 
 // compareBound orders two PLAIN bounds by the column's type order: signed
