@@ -493,3 +493,92 @@ func BenchmarkKeyIndexLookup(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKeyIndexUpsert measures the index's upkeep after a commit
+// (KeyIndex.Apply) per key: upserting 1M keys into an index reserved for
+// them, first as new keys, then again as updates of the same keys.
+//
+//	go test ./apply -run XXX -bench KeyIndexUpsert -count 6
+func BenchmarkKeyIndexUpsert(b *testing.B) {
+	const n = 1_000_000
+	keys := make([]string, n)
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := range keys {
+		keys[i] = EncodeKey(scaleValues(rng.Int64(), 1), scaleLayout.Key)
+	}
+	seq := pgSeq(1)
+	var insert, update time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		ix := NewKeyIndex(scaleLayout)
+		ix.reserve(n)
+		b.StartTimer()
+		t0 := time.Now()
+		for i, k := range keys {
+			if err := ix.upsert(k, seq, false, 0, int64(i%100_000)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t1 := time.Now()
+		for i, k := range keys {
+			if err := ix.upsert(k, seq, i%2 == 0, 1, int64(i%100_000)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		insert, update = insert+t1.Sub(t0), update+time.Since(t1)
+		if ix.Len() != n {
+			b.Fatalf("index holds %d keys, want %d", ix.Len(), n)
+		}
+	}
+	b.ReportMetric(float64(insert.Nanoseconds())/float64(b.N*n), "insert-ns/key")
+	b.ReportMetric(float64(update.Nanoseconds())/float64(b.N*n), "update-ns/key")
+}
+
+// BenchmarkLookupAll measures a batch's index lookups (lookupAll, as
+// PlanBatch makes them) per key: 10k reduced keys, 80% held by the index
+// and 20% new, each winner a change allocated on its own as routing
+// allocates them, on indexes of 100k and 10M keys.
+//
+//	go test ./apply -run XXX -bench LookupAll -count 6
+func BenchmarkLookupAll(b *testing.B) {
+	for _, n := range []int{100_000, 10_000_000} {
+		b.Run(rowsLabel(n), func(b *testing.B) {
+			ix := lookupIndexes[n]
+			if ix == nil {
+				ix = NewKeyIndex(scaleLayout)
+				ix.reserve(n)
+				seq := pgSeq(1)
+				for i := 0; i < n; i++ {
+					if err := ix.upsert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				lookupIndexes[n] = ix
+			}
+			rng := rand.New(rand.NewPCG(9, 9))
+			const batch = 10_000
+			reduced := make([]Reduced, batch)
+			for i := range reduced {
+				k := rng.Int64N(int64(n))
+				if i%5 == 4 {
+					k = int64(n) + rng.Int64N(int64(n)) // not in the index
+				}
+				reduced[i].Winner = &Change{Key: EncodeKey(scaleValues(k, 1), scaleLayout.Key)}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				found := ix.lookupAll(reduced)
+				held := 0
+				for _, f := range found {
+					if f.ok {
+						held++
+					}
+				}
+				if held < batch*3/4 || held > batch*4/5 {
+					b.Fatalf("%d of %d keys found", held, batch)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/key")
+		})
+	}
+}
