@@ -3,9 +3,9 @@ package apply
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -441,21 +441,141 @@ func withVector(a *delta.Add, d *delta.DeletionVector) *delta.Add {
 	return &out
 }
 
-// wideStats returns stats JSON with tightBounds set to false.
+// wideStats returns stats JSON with tightBounds set to false. A file that
+// already has a vector already says so, and every batch gives each file
+// it touches a new vector: its stats are returned as they are. Otherwise
+// only the member is edited in place; the rest of the JSON (nested
+// objects that may hold a column named tightBounds, key order, spacing)
+// is left alone. Stats that are not a JSON object are returned unchanged,
+// as before. (Unmarshalling and re-encoding the whole stats was more than
+// half of a batch's vector work: about 100 files per 10k-change batch on
+// a 10M-row table.)
 func wideStats(stats string) string {
 	if stats == "" {
 		return ""
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(stats), &m); err != nil {
+	start, end, found, ok := topLevelMember(stats, "tightBounds")
+	switch {
+	case !ok:
 		return stats
-	}
-	m["tightBounds"] = json.RawMessage("false")
-	out, err := json.Marshal(m)
-	if err != nil {
+	case found && stats[start:end] == "false":
 		return stats
+	case found:
+		return stats[:start] + "false" + stats[end:]
 	}
-	return string(out)
+	// Absent: add it as the object's first member.
+	open := strings.IndexByte(stats, '{') + 1
+	rest := strings.TrimLeft(stats[open:], jsonSpace)
+	if strings.HasPrefix(rest, "}") {
+		return stats[:open] + `"tightBounds":false` + stats[open:]
+	}
+	return stats[:open] + `"tightBounds":false,` + stats[open:]
+}
+
+const jsonSpace = " \t\r\n"
+
+// topLevelMember finds member key of the JSON object doc: [start, end) is
+// its value's text. ok is false when doc is not one well-formed object (as
+// far as this scan checks: strings, nesting and the member layout).
+func topLevelMember(doc, key string) (start, end int, found, ok bool) {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return 0, 0, false, false
+	}
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		return 0, 0, false, skipSpace(doc, i+1) == len(doc)
+	}
+	for {
+		if i >= len(doc) || doc[i] != '"' {
+			return 0, 0, false, false
+		}
+		kEnd, good := skipString(doc, i)
+		if !good {
+			return 0, 0, false, false
+		}
+		name := doc[i+1 : kEnd-1]
+		i = skipSpace(doc, kEnd)
+		if i >= len(doc) || doc[i] != ':' {
+			return 0, 0, false, false
+		}
+		vStart := skipSpace(doc, i+1)
+		vEnd, good := skipValue(doc, vStart)
+		if !good {
+			return 0, 0, false, false
+		}
+		if name == key && !found { // a key with escapes is not this one
+			start, end, found = vStart, vEnd, true
+		}
+		i = skipSpace(doc, vEnd)
+		switch {
+		case i < len(doc) && doc[i] == ',':
+			i = skipSpace(doc, i+1)
+		case i < len(doc) && doc[i] == '}':
+			return start, end, found, skipSpace(doc, i+1) == len(doc)
+		default:
+			return 0, 0, false, false
+		}
+	}
+}
+
+func skipSpace(doc string, i int) int {
+	for i < len(doc) && strings.IndexByte(jsonSpace, doc[i]) >= 0 {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at doc[i]
+// (a quote).
+func skipString(doc string, i int) (int, bool) {
+	for j := i + 1; j < len(doc); j++ {
+		switch doc[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, true
+		}
+	}
+	return 0, false
+}
+
+// skipValue returns the index just past the value starting at doc[i]:
+// a string, an object or array (nesting and strings followed), or a
+// literal or number (up to the next delimiter).
+func skipValue(doc string, i int) (int, bool) {
+	if i >= len(doc) {
+		return 0, false
+	}
+	switch doc[i] {
+	case '"':
+		return skipString(doc, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(doc); j++ {
+			switch doc[j] {
+			case '"':
+				e, ok := skipString(doc, j)
+				if !ok {
+					return 0, false
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, true
+				}
+			}
+		}
+		return 0, false
+	}
+	j := i
+	for j < len(doc) && !strings.ContainsRune(",}] \t\r\n", rune(doc[j])) {
+		j++
+	}
+	return j, j > i
 }
 
 // WriteRows implements RowFiles.
