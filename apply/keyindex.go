@@ -307,6 +307,15 @@ func (ix *KeyIndex) record(i int) (key, seq []byte) {
 	return key, ix.arena[off : off+sl : off+sl]
 }
 
+// recordKeyIs reports whether the arena record at off (an entry's off,
+// the deleted flag included) holds key.
+func (ix *KeyIndex) recordKeyIs(off uint64, key string) bool {
+	off &^= deletedBit
+	kl, n := binary.Uvarint(ix.arena[off:])
+	off += uint64(n)
+	return kl == uint64(len(key)) && string(ix.arena[off:off+kl]) == key
+}
+
 func (ix *KeyIndex) keyBytes(i int) []byte {
 	k, _ := ix.record(i)
 	return k

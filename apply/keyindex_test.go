@@ -2,6 +2,9 @@ package apply
 
 import (
 	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -77,5 +80,56 @@ func TestEntryTable(t *testing.T) {
 				t.Fatal("an entry of the second chunk moved as the table grew")
 			}
 		})
+	}
+}
+
+// TestLookupAllMatchesFind: the grouped lookups of a batch give each key
+// what find and state give it, for held and absent keys, keys of several
+// lengths (a record whose key differs only in length), tombstones, and a
+// small index at its full load, where a key's first slot is often
+// another's (the fallback to find); batch lengths not a multiple of the
+// group and large enough to be split over goroutines.
+func TestLookupAllMatchesFind(t *testing.T) {
+	ix := NewKeyIndex(scaleLayout)
+	key := func(i int) string {
+		// Keys of 1 to 24 bytes; i and its prefixes are distinct keys.
+		s := []byte(fmt.Sprintf("k%d", i))
+		return string(s[:1+i%len(s)]) + strings.Repeat("x", i%17)
+	}
+	held := map[string]bool{}
+	for i := 0; len(held) < 6000; i++ {
+		k := key(i)
+		if held[k] {
+			continue
+		}
+		held[k] = true
+		if err := ix.upsert(k, pgSeq(uint64(i+1)), i%5 == 0, fileID(i%4), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if load := float64(ix.Len()) / float64(len(ix.slots)); load < 0.3 {
+		t.Fatalf("index load %.2f: too low to exercise collisions", load)
+	}
+	for _, n := range []int{1, 7, 8, 9, 1001, 2*lookupMin + 13} {
+		reduced := make([]Reduced, n)
+		for i := range reduced {
+			reduced[i].Winner = &Change{Key: key((i*7919 + n) % 12000)}
+		}
+		got := ix.lookupAll(reduced)
+		found := 0
+		for i := range reduced {
+			at, ok := ix.find(reduced[i].Winner.Key)
+			want := lookedUp{at: at, ok: ok}
+			if ok {
+				want.e = ix.state(at)
+				found++
+			}
+			if !reflect.DeepEqual(got[i], want) {
+				t.Fatalf("batch of %d, key %q: lookupAll %+v, find %+v", n, reduced[i].Winner.Key, got[i], want)
+			}
+		}
+		if n > 100 && (found == 0 || found == n) {
+			t.Fatalf("batch of %d: %d held: want both held and absent keys", n, found)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"runtime"
 	"slices"
 	"sort"
@@ -544,18 +545,62 @@ type lookedUp struct {
 // into.
 const lookupMin = 4096
 
+// lookupGroup is the number of keys findGroup looks up together.
+const lookupGroup = 8
+
+// findGroup looks up the winners' keys of rs (at most lookupGroup) into
+// out[:len(rs)], in stages across the group: every key's slot, then
+// every candidate entry, then every candidate's arena record. Each key's
+// lookup is three dependent cache misses (slot, entry, record) in an
+// index larger than the cache; within a stage the group's loads do not
+// depend on each other, so the processor has them in flight together
+// instead of one after another. A key whose first slot is not its own (a
+// collision) is looked up again the usual way.
+func (ix *KeyIndex) findGroup(rs []Reduced, out []lookedUp) {
+	var keys [lookupGroup]string
+	var hashes, slots [lookupGroup]uint64
+	var cand [lookupGroup]int // entry index + 1 of the first slot if its tag matches, else 0
+	var offs [lookupGroup]uint64
+	mask := uint64(len(ix.slots) - 1)
+	n := len(rs)
+	for j := range n {
+		keys[j] = rs[j].Winner.Key
+	}
+	for j := range n {
+		hashes[j] = maphash.String(ix.seed, keys[j])
+		slots[j] = ix.slots[hashes[j]&mask]
+	}
+	for j := range n {
+		if s := slots[j]; s != 0 && s&^0xffffffff == hashes[j]&^0xffffffff {
+			cand[j] = int(s & 0xffffffff)
+			offs[j] = ix.entries.at(cand[j] - 1).off
+		}
+	}
+	for j := range n {
+		switch {
+		case slots[j] == 0:
+			out[j] = lookedUp{} // the probe ends at once: not held
+		case cand[j] > 0 && ix.recordKeyIs(offs[j], keys[j]):
+			at := cand[j] - 1
+			out[j] = lookedUp{at: at, ok: true, e: ix.state(at)}
+		default:
+			at, ok := ix.find(keys[j])
+			out[j] = lookedUp{at: at, ok: ok}
+			if ok {
+				out[j].e = ix.state(at)
+			}
+		}
+	}
+}
+
 // lookupAll finds each reduced key's entry, on up to GOMAXPROCS
 // goroutines for a large batch: a lookup in a large index is mostly a
 // cache miss, and the index is only read while a batch is planned.
 func (ix *KeyIndex) lookupAll(reduced []Reduced) []lookedUp {
 	out := make([]lookedUp, len(reduced))
 	part := func(from, to int) {
-		for i := from; i < to; i++ {
-			at, ok := ix.find(reduced[i].Winner.Key)
-			out[i] = lookedUp{at: at, ok: ok}
-			if ok {
-				out[i].e = ix.state(at)
-			}
+		for i := from; i < to; i += lookupGroup {
+			ix.findGroup(reduced[i:min(i+lookupGroup, to)], out[i:])
 		}
 	}
 	n := min(runtime.GOMAXPROCS(0), len(reduced)/lookupMin)
