@@ -45,6 +45,9 @@ type KeyIndex struct {
 
 	files  []*delta.Add // by fileID; nil once a file is gone
 	byPath map[string]fileID
+
+	// touched keeps touchGroup's reads from being optimised away.
+	touched byte
 }
 
 // indexEntry is one key's place: its arena record, file and row.

@@ -761,22 +761,52 @@ func (ix *KeyIndex) Apply(p *Plan) error {
 	if p.newFile >= 0 {
 		newID = ix.addFile(p.Adds[p.newFile])
 	}
-	for _, e := range p.pending {
-		file := e.file
-		if file == noFile {
-			file = newID
-		}
-		var err error
-		if e.entry > 0 {
-			err = ix.set(e.entry-1, e.seq, e.deleted, file, e.row)
-		} else {
-			err = ix.upsert(e.key, e.seq, e.deleted, file, e.row)
-		}
-		if err != nil {
-			return fmt.Errorf("update key index: %w", err)
+	for from := 0; from < len(p.pending); from += lookupGroup {
+		group := p.pending[from:min(from+lookupGroup, len(p.pending))]
+		ix.touchGroup(group)
+		for _, e := range group {
+			file := e.file
+			if file == noFile {
+				file = newID
+			}
+			var err error
+			if e.entry > 0 {
+				err = ix.set(e.entry-1, e.seq, e.deleted, file, e.row)
+			} else {
+				err = ix.upsert(e.key, e.seq, e.deleted, file, e.row)
+			}
+			if err != nil {
+				return fmt.Errorf("update key index: %w", err)
+			}
 		}
 	}
 	return nil
+}
+
+// touchGroup reads, for a group of pending entries, the memory their
+// updates will touch, stage by stage as findGroup does: a known entry and
+// then its arena record, a new key's first slot. The updates that follow
+// find them in cache instead of waiting for each miss in turn. Only reads:
+// an update may move the arena (a longer sequence, a compaction), so
+// nothing read here is kept but a byte that keeps the reads from being
+// optimised away.
+func (ix *KeyIndex) touchGroup(group []pendingEntry) {
+	var offs [lookupGroup]uint64
+	var sink uint64
+	mask := uint64(len(ix.slots) - 1)
+	for j, e := range group {
+		if e.entry > 0 {
+			offs[j] = ix.entries.at(e.entry-1).off &^ deletedBit
+		} else {
+			sink += ix.slots[maphash.String(ix.seed, e.key)&mask]
+		}
+	}
+	for j, e := range group {
+		if e.entry > 0 && offs[j] < uint64(len(ix.arena)) {
+			sink += uint64(ix.arena[offs[j]])
+		}
+	}
+	ix.touched = byte(sink)
 }
 
 // PlanTruncate marks every live row older than the truncate's sequence as
