@@ -453,8 +453,28 @@ func scaleMode(name string) (MergeMode, bool) {
 	return MergeMode(m), stored
 }
 
-// lookupIndexes caches the indexes BenchmarkKeyIndexLookup builds, one per
-// size, so -count repeats measure lookups, not builds.
+// scaleIndex returns the cached index of keys 0..n-1 (the scale layout,
+// one sequence), building it on first use.
+func scaleIndex(b *testing.B, n int) *KeyIndex {
+	if ix := lookupIndexes[n]; ix != nil {
+		return ix
+	}
+	ix := NewKeyIndex(scaleLayout)
+	ix.reserve(n)
+	seq := pgSeq(1)
+	for i := 0; i < n; i++ {
+		if err := ix.upsert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lookupIndexes[n] = ix
+	return ix
+}
+
+// lookupIndexes caches the indexes scaleIndex builds, one per size, so
+// -count repeats measure lookups, not builds (BenchmarkKeyIndexApply adds
+// keys past 2^40 and rewrites sequences in place: the others' lookups are
+// unchanged).
 var lookupIndexes = map[int]*KeyIndex{}
 
 // BenchmarkKeyIndexLookup measures what a batch pays per changed key in
@@ -466,18 +486,7 @@ var lookupIndexes = map[int]*KeyIndex{}
 func BenchmarkKeyIndexLookup(b *testing.B) {
 	for _, n := range []int{100_000, 10_000_000} {
 		b.Run(rowsLabel(n), func(b *testing.B) {
-			ix := lookupIndexes[n]
-			if ix == nil {
-				ix = NewKeyIndex(scaleLayout)
-				ix.reserve(n)
-				seq := pgSeq(1)
-				for i := 0; i < n; i++ {
-					if err := ix.insert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				lookupIndexes[n] = ix
-			}
+			ix := scaleIndex(b, n)
 			rng := rand.New(rand.NewPCG(7, 7))
 			keys := make([]string, 1<<16)
 			for i := range keys {
@@ -543,18 +552,7 @@ func BenchmarkKeyIndexUpsert(b *testing.B) {
 func BenchmarkLookupAll(b *testing.B) {
 	for _, n := range []int{100_000, 10_000_000} {
 		b.Run(rowsLabel(n), func(b *testing.B) {
-			ix := lookupIndexes[n]
-			if ix == nil {
-				ix = NewKeyIndex(scaleLayout)
-				ix.reserve(n)
-				seq := pgSeq(1)
-				for i := 0; i < n; i++ {
-					if err := ix.upsert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				lookupIndexes[n] = ix
-			}
+			ix := scaleIndex(b, n)
 			rng := rand.New(rand.NewPCG(9, 9))
 			const batch = 10_000
 			reduced := make([]Reduced, batch)
@@ -592,18 +590,7 @@ func BenchmarkLookupAll(b *testing.B) {
 func BenchmarkKeyIndexApply(b *testing.B) {
 	for _, n := range []int{100_000, 10_000_000} {
 		b.Run(rowsLabel(n), func(b *testing.B) {
-			ix := lookupIndexes[n]
-			if ix == nil {
-				ix = NewKeyIndex(scaleLayout)
-				ix.reserve(n)
-				seq := pgSeq(1)
-				for i := 0; i < n; i++ {
-					if err := ix.upsert(EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key), seq, false, 0, int64(i%100_000)); err != nil {
-						b.Fatal(err)
-					}
-				}
-				lookupIndexes[n] = ix
-			}
+			ix := scaleIndex(b, n)
 			rng := rand.New(rand.NewPCG(11, 11))
 			const batch = 10_000
 			seq := pgSeq(2) // the length of the stored sequences: updated in place

@@ -39,21 +39,8 @@ func BenchmarkPredecode(b *testing.B) {
 // buffer: positions, the layout, the projection onto the table's
 // columns and the buffered change. B/op is what routing allocates.
 func BenchmarkRoute(b *testing.B) {
-	cfg := testConfigFor(b, []string{"127.0.0.1:1"}, b.TempDir(), "orders", "bench")
-	e, err := NewEngine(cfg, Logger(quietLogger()))
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	t := e.tables[0]
-	if err := t.applier.Open(ctx); err != nil {
-		b.Fatal(err)
-	}
-	recs := make([]*kgo.Record, 10_000)
-	for i := range recs {
-		k, v := dbzOrders(i%1000, int64(i+1), "u", "shipped")
-		recs[i] = &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: int64(i)}
-	}
+	e, t, recs := routeBench(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
@@ -74,21 +61,8 @@ func BenchmarkRoute(b *testing.B) {
 // handled as Run handles a poll: decoded on every core, then routed into
 // the table's buffer one by one on the loop.
 func BenchmarkPredecodeRoute(b *testing.B) {
-	cfg := testConfigFor(b, []string{"127.0.0.1:1"}, b.TempDir(), "orders", "bench")
-	e, err := NewEngine(cfg, Logger(quietLogger()))
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	t := e.tables[0]
-	if err := t.applier.Open(ctx); err != nil {
-		b.Fatal(err)
-	}
-	recs := make([]*kgo.Record, 10_000)
-	for i := range recs {
-		k, v := dbzOrders(i%1000, int64(i+1), "u", "shipped")
-		recs[i] = &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: int64(i)}
-	}
+	e, t, recs := routeBench(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
@@ -104,4 +78,25 @@ func BenchmarkPredecodeRoute(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
+
+// routeBench is the engine, its opened table and the poll of 10,000
+// Debezium JSON updates that BenchmarkRoute and BenchmarkPredecodeRoute
+// route.
+func routeBench(b *testing.B) (*Engine, *tableRun, []*kgo.Record) {
+	cfg := testConfigFor(b, []string{"127.0.0.1:1"}, b.TempDir(), "orders", "bench")
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := e.tables[0]
+	if err := t.applier.Open(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]*kgo.Record, 10_000)
+	for i := range recs {
+		k, v := dbzOrders(i%1000, int64(i+1), "u", "shipped")
+		recs[i] = &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: int64(i)}
+	}
+	return e, t, recs
 }
