@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -458,6 +459,10 @@ func wideStats(stats string) string {
 	switch {
 	case !ok:
 		return stats
+	case start < 0:
+		// The member twice, or a key written with escapes (which may
+		// spell it): leave it to a decoder's reading of the object.
+		return wideStatsDecoded(stats)
 	case found && stats[start:end] == "false":
 		return stats
 	case found:
@@ -472,11 +477,28 @@ func wideStats(stats string) string {
 	return stats[:open] + `"tightBounds":false,` + stats[open:]
 }
 
+// wideStatsDecoded is wideStats through a JSON round trip (member order
+// and spacing are not kept).
+func wideStatsDecoded(stats string) string {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(stats), &m); err != nil {
+		return stats
+	}
+	m["tightBounds"] = json.RawMessage("false")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return stats
+	}
+	return string(out)
+}
+
 const jsonSpace = " \t\r\n"
 
 // topLevelMember finds member key of the JSON object doc: [start, end) is
 // its value's text. ok is false when doc is not one well-formed object (as
-// far as this scan checks: strings, nesting and the member layout).
+// far as this scan checks: strings, nesting and the member layout). start
+// is -1 when the text alone cannot say which member a reader takes: key
+// appears twice, or a key has escapes.
 func topLevelMember(doc, key string) (start, end int, found, ok bool) {
 	i := skipSpace(doc, 0)
 	if i >= len(doc) || doc[i] != '{' {
@@ -495,6 +517,7 @@ func topLevelMember(doc, key string) (start, end int, found, ok bool) {
 			return 0, 0, false, false
 		}
 		name := doc[i+1 : kEnd-1]
+		escaped := strings.IndexByte(name, '\\') >= 0
 		i = skipSpace(doc, kEnd)
 		if i >= len(doc) || doc[i] != ':' {
 			return 0, 0, false, false
@@ -504,7 +527,10 @@ func topLevelMember(doc, key string) (start, end int, found, ok bool) {
 		if !good {
 			return 0, 0, false, false
 		}
-		if name == key && !found { // a key with escapes is not this one
+		switch {
+		case escaped || (name == key && found):
+			start, end, found = -1, -1, true
+		case name == key && start >= 0:
 			start, end, found = vStart, vEnd, true
 		}
 		i = skipSpace(doc, vEnd)

@@ -173,8 +173,9 @@ func TestVectorCacheBounds(t *testing.T) {
 
 // TestWideStats: a file given a deletion vector has its stats marked
 // wide (tightBounds false), whatever writer made them, with every other
-// member kept; stats that already say so come back as they are, and stats
-// that are not a JSON object unchanged.
+// member kept, as a reader decoding the object sees them (a member given
+// twice, a key spelled with escapes included); stats that already say so
+// come back as they are, and stats that are not a JSON object unchanged.
 func TestWideStats(t *testing.T) {
 	// reference is the edit as a JSON round trip makes it.
 	reference := func(stats string) map[string]any {
@@ -197,6 +198,10 @@ func TestWideStats(t *testing.T) {
 		`{"numRecords":-1.5e3,"x":false}`,
 		`{}`,
 		` { } `,
+		`{"tightBounds":true,"numRecords":1,"tightBounds":true}`,
+		`{"tightBounds":false,"numRecords":1,"tightBounds":true}`,
+		`{"tight\u0042ounds":true,"numRecords":1}`,
+		`{"numRecords":1,"min\u0056alues":{"a":1}}`,
 	} {
 		got := wideStats(stats)
 		var m map[string]any
@@ -205,6 +210,9 @@ func TestWideStats(t *testing.T) {
 		}
 		if want := reference(stats); !reflect.DeepEqual(m, want) {
 			t.Errorf("wideStats(%q) = %q, want the members %v", stats, got, want)
+		}
+		if n := topLevelKeyCount(t, got, "tightBounds"); n != 1 || !strings.Contains(got, `"tightBounds"`) {
+			t.Errorf("wideStats(%q) = %q: tightBounds %d times at the top level, want once, unescaped", stats, got, n)
 		}
 		if again := wideStats(got); again != got {
 			t.Errorf("wideStats of wide stats %q changed them: %q", got, again)
@@ -223,6 +231,30 @@ func TestWideStats(t *testing.T) {
 			t.Errorf("wideStats(%q) = %q, want it unchanged", bad, got)
 		}
 	}
+}
+
+// topLevelKeyCount counts the members of the JSON object doc named key
+// (escapes decoded), as encoding/json's tokenizer reads them.
+func topLevelKeyCount(t *testing.T, doc, key string) int {
+	dec := json.NewDecoder(strings.NewReader(doc))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("%q: not an object: %v %v", doc, tok, err)
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if tok == key {
+			n++
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+	}
+	return n
 }
 
 // BenchmarkWideStats: marking a file's stats wide when a batch gives it a
