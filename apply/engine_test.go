@@ -509,3 +509,101 @@ func TestEnginePredecodesLargePolls(t *testing.T) {
 		}
 	}
 }
+
+// TestPredecodeEvolvesMidPoll: a poll, decoded ahead on both cores, in
+// which the source gains a column (additive policy) and records of the old
+// shape follow the one that brought it. The workers project ahead onto the
+// layout the table had; after the evolution that layout is gone, so the
+// old-shape records behind it must be projected again onto the new one
+// (NULL in the new column), not kept one column short. Polls are handed
+// to the engine as Run hands them, without a broker, so the second one is
+// surely one poll.
+func TestPredecodeEvolvesMidPoll(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("predecode needs two cores")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := NewEngine(testConfig(t, []string{"127.0.0.1:1"}, dir), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := e.tables[0]
+	if err := tr.applier.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	add := func(k, v []byte) { recs = append(recs, &kgo.Record{Topic: "orders", Key: k, Value: v}) }
+	offset := int64(0)
+	poll := func() {
+		t.Helper()
+		for _, r := range recs {
+			r.Offset, offset = offset, offset+1
+		}
+		pre := e.predecode(ctx, recs)
+		if pre == nil {
+			t.Fatal("the poll was not decoded ahead")
+		}
+		for i, r := range recs {
+			e.routeTo(ctx, tr, r, &pre[i])
+		}
+		clear(pre)
+		if tr.halted != nil {
+			t.Fatal(tr.halted)
+		}
+		if !e.flush(ctx, tr) || tr.halted != nil {
+			t.Fatalf("flush: resynced or halted (%v)", tr.halted)
+		}
+		recs = recs[:0]
+	}
+	type want struct {
+		status string
+		note   any
+	}
+	wants := map[int]want{}
+	const n = 2 * predecodeMin // each poll is decoded on two workers
+	lsn := int64(10)
+	for id := range n { // no layout yet: routing projects these
+		lsn++
+		add(dbzOrders(id, lsn, "c", "c"))
+	}
+	poll()
+	for id := range n { // the old shape: projected ahead onto the layout
+		lsn++
+		add(dbzOrders(id, lsn, "u", fmt.Sprintf("u1-%d", id)))
+		wants[id] = want{fmt.Sprintf("u1-%d", id), nil}
+	}
+	for id := range n / 2 { // the new column arrives
+		lsn++
+		note := fmt.Sprintf("n%d", id)
+		add(dbzOrdersNote(id, lsn, "u", fmt.Sprintf("u2-%d", id), &note))
+		wants[id] = want{fmt.Sprintf("u2-%d", id), note}
+	}
+	for id := n / 2; id < n; id++ { // the old shape again, behind it
+		lsn++
+		add(dbzOrders(id, lsn, "u", fmt.Sprintf("u3-%d", id)))
+		wants[id] = want{fmt.Sprintf("u3-%d", id), nil}
+	}
+	poll()
+	if got := e.projectedAhead.Load(); got < n {
+		t.Fatalf("%d changes routed as projected ahead, want at least %d", got, n)
+	}
+	rows, _ := deltaRS(t, dir+"/orders")
+	if len(rows) != n {
+		t.Fatalf("%d rows, want %d", len(rows), n)
+	}
+	for _, r := range rows {
+		id, err := strconv.Atoi(fmt.Sprint(r["id"]))
+		if err != nil {
+			t.Fatalf("row %v: %v", r, err)
+		}
+		w := wants[id]
+		note, ok := r["note"]
+		if !ok {
+			t.Fatalf("row %v has no note column", r)
+		}
+		if r["status"] != w.status || note != w.note {
+			t.Fatalf("key %d: status %v note %v, want %q %v", id, r["status"], note, w.status, w.note)
+		}
+	}
+}
