@@ -518,6 +518,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second)\n",
 		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond)
+	if e := r.Engine; e != nil {
+		fmt.Fprintf(w, "  %-34s %12.1f s in the kernel; %d minor page faults\n", "  of which", e.CPUSys, e.MinorFaults)
+	}
 	if f := r.Freshness; f.WallClock {
 		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (source commit, wall clock, to table commit; per change)\n", "freshness", f.P50, f.P99, f.P999, f.Max)
 	} else {
