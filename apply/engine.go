@@ -801,6 +801,7 @@ func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded
 						continue
 					}
 					p := &out[i]
+					p.rc, p.layout = nil, nil // Run clears the array; a slot never keeps another poll's change
 					p.dec, p.rec = t.decoder, kafkaRecord(r)
 					p.ch, p.err = p.dec.Decode(ctx, &p.rec)
 					if p.err == nil {
