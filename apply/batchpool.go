@@ -18,16 +18,19 @@ import (
 // before use, each driving the collector.
 //
 // A buffer is reused only once every record in it was released: the
-// records' keys, values and headers point into it, and so does each
-// change's Raw until its batch is committed. When a buffer is filled, its
-// records are counted (the v2 record layout, as franz-go reads it); the
-// engine releases a record where it is done with it: a skipped record
-// when routed, a change's record once its batch is committed, a rejected
-// record once the quarantine has copied it. A record never released (a
-// truncate, a batch dropped by a resync or a revocation, records the
-// client filtered) keeps its buffer out of the pool: the collector frees
-// it as before. So a missed release costs only memory reuse, and the one thing
-// that must never happen is releasing a record twice or too early.
+// records' keys, values and headers point into it, and so does a change's
+// Raw until its batch is committed (decoded values are copies). When a
+// buffer is filled, its records are counted (the v2 record layout, as
+// franz-go reads it); the engine releases a record where it is done with
+// it: a skipped record, and a change's record not kept as Raw, when
+// routed (see keepRaw: almost always, so a buffer goes back to the pool
+// while its poll is routed); a change's kept record once its batch is
+// committed; a rejected record once the quarantine has copied it. A
+// record never released (a truncate, a batch dropped by a resync or a
+// revocation, records the client filtered) keeps its buffer out of the
+// pool: the collector frees it as before. So a missed release costs only
+// memory reuse, and the one thing that must never happen is releasing a
+// record twice or too early.
 type batchPool struct {
 	mu   sync.Mutex
 	live []*pooledBatch // sorted by start address

@@ -86,6 +86,9 @@ type Engine struct {
 	// projectedAhead counts the changes routed as predecode projected
 	// them (tests).
 	projectedAhead atomic.Int64
+	// rawKept counts changes routed with their record kept as Raw, and
+	// rawRereads the batches read again to keep them (see keepRaw; tests).
+	rawKept, rawRereads atomic.Int64
 
 	// predecoded is predecode's result array, kept for the next poll (a
 	// new array per poll was a tenth of the bytes the engine allocated).
@@ -154,6 +157,17 @@ type tableRun struct {
 
 	buf tableBuffer
 
+	// rawAll makes routing keep every change's record until its batch
+	// commits (see keepRaw): set when a change whose record was released
+	// turned out late beyond a purge horizon that rose after it was
+	// routed, so the batch is read again with its records; cleared by the
+	// next flush that finds every late change's record.
+	rawAll bool
+	// guardSnap and guardOf cache the purge guard of the applier's
+	// snapshot guardSnap (see guard).
+	guardSnap *delta.Snapshot
+	guardOf   tombstone.Guard
+
 	// inflight is the batch being applied on its own goroutine while the
 	// loop reads on (nil: none). While it is set the applier belongs to
 	// that goroutine: the loop reads the positions and layout it had
@@ -174,6 +188,7 @@ type inflight struct {
 	// reads while the batch is applied.
 	pos    checkpoint.Positions
 	layout *Layout
+	guard  tombstone.Guard
 
 	// Set by the applying goroutine before done is closed.
 	res       *Result
@@ -199,6 +214,30 @@ func (t *tableRun) layout() *Layout {
 		return t.inflight.layout
 	}
 	return t.applier.Layout()
+}
+
+// guard returns the purge guard of the table as the loop may read it:
+// with a batch in flight, the one the batch started with.
+func (t *tableRun) guard() tombstone.Guard {
+	if t.inflight != nil {
+		return t.inflight.guard
+	}
+	if snap := t.applier.snap; snap != t.guardSnap {
+		t.guardSnap, t.guardOf = snap, tombstone.NewGuard(snap)
+	}
+	return t.guardOf
+}
+
+// keepRaw reports whether routing keeps a change's Kafka record (Raw)
+// until its batch commits. Raw is read only to quarantine a change the
+// flush finds late beyond the purge horizon, and a kept record holds its
+// whole decompressed fetch buffer (about 4 KiB a change in the 1M-key
+// bench, against the 200-odd bytes of its values, which are copies):
+// so a record is kept only when the horizon routing knows would already
+// refuse the change. A horizon that rises before the flush (a purge
+// committed meanwhile) is caught there: see startFlush.
+func (t *tableRun) keepRaw(c *Change) bool {
+	return t.rawAll || t.guard().Refuse(c.SourceTsMicros)
 }
 
 // tableBuffer is one table's pending batch.
@@ -738,7 +777,7 @@ type predecoded struct {
 	// rc, when not nil, is the change already projected onto layout (its
 	// record set), which routing takes as it is while the table still has
 	// that layout.
-	rc     *routedChange
+	rc     *Change
 	layout *Layout
 }
 
@@ -842,13 +881,11 @@ func (p *predecoded) projectAhead(l *Layout, arena *projectArena) {
 		return
 	}
 	rc := arena.changes.next()
-	if l.projectInto(ch, &rc.Change, &arena.bytes) != nil {
-		*rc = routedChange{} // dropped: routeTo projects and reports it
+	if l.projectInto(ch, rc, &arena.bytes) != nil {
+		*rc = Change{} // dropped: routeTo projects and reports it
 		return
 	}
-	rc.rec = p.rec
-	rc.Raw = &rc.rec
-	p.rc, p.layout = rc, l
+	p.rc, p.layout = rc, l // routeTo keeps the record as Raw or releases it
 }
 
 // kafkaRecord is r as the decoder takes it.
@@ -917,7 +954,8 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		t.buf.decode += pre.took
 		e.predecodedUsed.Add(1)
 		e.projectedAhead.Add(1)
-		t.buf.changes = append(t.buf.changes, &pre.rc.Change)
+		e.keepOrRelease(t, r, pre.rc, &pre.rec)
+		t.buf.changes = append(t.buf.changes, pre.rc)
 		return
 	}
 	var rec debezium.Record
@@ -981,7 +1019,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		return
 	}
 	rc := e.routedChanges.next()
-	if err := t.layout().projectInto(&ch, &rc.Change, &e.changeBytes); err != nil {
+	if err := t.layout().projectInto(&ch, rc, &e.changeBytes); err != nil {
 		var pe *ProjectError
 		if errors.As(err, &pe) {
 			e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
@@ -990,34 +1028,40 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		e.halt(t, "schema", err)
 		return
 	}
-	rc.rec = rec
-	rc.Raw = &rc.rec
-	t.buf.changes = append(t.buf.changes, &rc.Change)
+	e.keepOrRelease(t, r, rc, &rec)
+	t.buf.changes = append(t.buf.changes, rc)
 }
 
-// routedChange is a buffered change and the record it came from, in one
-// allocation (a record that is not a change allocates neither).
-type routedChange struct {
-	Change
-	rec debezium.Record
+// keepOrRelease keeps a routed change's record as its Raw when keepRaw
+// says so (released when its batch commits), else releases it now: the
+// change holds copies of its values, and its fetch buffer goes back to
+// the pool while the batch is still being read.
+func (e *Engine) keepOrRelease(t *tableRun, r *kgo.Record, c *Change, rec *debezium.Record) {
+	if t.keepRaw(c) {
+		c.Raw = new(debezium.Record)
+		*c.Raw = *rec
+		e.rawKept.Add(1)
+		return
+	}
+	e.batches.releaseRecord(r)
 }
 
 // routedBlock allocates routed changes in blocks: a block lives while any
 // change in it is buffered or committing, then goes to the collector with
 // the last of them.
-type routedBlock struct{ free []routedChange }
+type routedBlock struct{ free []Change }
 
-// routedBlockLen is the number of changes in a block: 16 (4 KiB) rather
-// than 128 (32 KiB), since a block is zeroed when allocated and a small one
+// routedBlockLen is the number of changes in a block: 16 (about 2 KiB)
+// rather than 128, since a block is zeroed when allocated and a small one
 // is still in cache when its changes are written (with 128, the first
 // write of each change missed: 200 of the projection's 350 ms in a
 // profile of BenchmarkPredecodeRoute).
 const routedBlockLen = 16
 
 // next returns a zeroed change.
-func (b *routedBlock) next() *routedChange {
+func (b *routedBlock) next() *Change {
 	if len(b.free) == 0 {
-		b.free = make([]routedChange, routedBlockLen)
+		b.free = make([]Change, routedBlockLen)
 	}
 	rc := &b.free[0]
 	b.free = b.free[1:]
@@ -1183,6 +1227,20 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	}
 	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
 	for _, c := range late {
+		if c.Raw == nil {
+			// Routed while the horizon routing knew would have let it
+			// in, so its record was released (keepRaw): a purge raised
+			// the horizon since. Read the batch again, keeping records.
+			e.log.Warn("a change is late beyond a purge horizon that rose after it was read; reading the batch again with its records kept to quarantine it",
+				"table", t.cfg.Name, "topic", c.Pos.Topic, "partition", c.Pos.Partition, "offset", c.Pos.Offset)
+			t.rawAll = true
+			e.rawRereads.Add(1)
+			e.resync(ctx, t)
+			return false
+		}
+	}
+	t.rawAll = false
+	for _, c := range late {
 		tp := checkpoint.TopicPartition{Topic: c.Pos.Topic, Partition: c.Pos.Partition}
 		e.reject(t, t.buf.parts[tp], c.Raw, tombstone.ReasonLateBeyondHorizon,
 			fmt.Sprintf("%s: no row for the key and the change is older than the table's purge horizon", c.Raw.Topic+"/"+fmt.Sprint(c.Raw.Partition)+"@"+fmt.Sprint(c.Raw.Offset)))
@@ -1220,7 +1278,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	}
 	f := &inflight{done: make(chan struct{}), buf: t.buf, b: b,
 		rowsBefore: t.applier.rows(), refreshed: refreshed, quarantined: quarantined,
-		pos: t.applier.Positions(), layout: t.applier.Layout()}
+		pos: t.applier.Positions(), layout: t.applier.Layout(), guard: t.guard()}
 	t.buf.reset()
 	t.inflight = f
 	// The commit is not cut short by the engine's shutdown: a batch whose

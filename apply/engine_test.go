@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -605,5 +606,144 @@ func TestPredecodeEvolvesMidPoll(t *testing.T) {
 		if r["status"] != w.status || note != w.note {
 			t.Fatalf("key %d: status %v note %v, want %q %v", id, r["status"], note, w.status, w.note)
 		}
+	}
+}
+
+// TestLateBeyondRisenHorizon: routing releases a change's record unless
+// the purge horizon it knows would refuse the change (keepRaw), so a
+// purge that commits between routing and the flush finds a late change
+// without its record. The flush then reads the batch again with every
+// record kept and quarantines the change as it arrived; a change late
+// beyond a horizon routing already knows keeps its record at once.
+// (Without the re-read, the flush would quarantine a nil record. The
+// re-read keeps every record, so that a horizon rising yet again before
+// its flush cannot send it round once more.)
+func TestLateBeyondRisenHorizon(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := NewEngine(testConfig(t, []string{"127.0.0.1:1"}, dir), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := e.tables[0]
+	if err := tr.applier.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := dir + "/orders"
+	var recs []*kgo.Record
+	offset := int64(0)
+	add := func(k, v []byte) {
+		recs = append(recs, &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: offset})
+		offset++
+	}
+	// route routes recs as Run does (decoded ahead when the poll is
+	// large enough and there are two cores).
+	route := func() {
+		t.Helper()
+		tr.resynced = false
+		pre := e.predecode(ctx, recs)
+		for i, r := range recs {
+			var p *predecoded
+			if pre != nil {
+				p = &pre[i]
+			}
+			e.routeTo(ctx, tr, r, p)
+		}
+		clear(pre)
+		if tr.halted != nil {
+			t.Fatal(tr.halted)
+		}
+	}
+	// Source times are in 2023 (dbzOrders), older than a week.
+	add(dbzOrders(1, 10, "c", "new"))
+	add(dbzOrders(2, 11, "c", "keep"))
+	add(dbzOrders(1, 20, "d", ""))
+	route()
+	if !e.flush(ctx, tr) {
+		t.Fatal("first flush resynced")
+	}
+	recs = recs[:0]
+	// A late update of the deleted key, then fresh changes (source time
+	// now: dbzOrders puts it at 1_700_000_000_000 ms + lsn), enough to be
+	// decoded ahead.
+	lateKey, lateValue := dbzOrders(1, 15, "u", "resurrected")
+	add(lateKey, lateValue)
+	fresh := time.Now().UnixMilli() - 1_700_000_000_000
+	const n = 2 * predecodeMin
+	for id := 3; id < 3+n; id++ {
+		add(dbzOrders(id, fresh+int64(id), "c", "fresh"))
+	}
+	second := slices.Clone(recs)
+	route()
+	if kept := e.rawKept.Load(); kept != 0 {
+		t.Fatalf("%d records kept with no horizon, want none", kept)
+	}
+	// The purge commits after routing, before the flush.
+	res, err := tombstone.Purge(ctx, delta.Open(storage.NewLocal(table)), tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != 1 {
+		t.Fatalf("purged %d rows, want the one tombstone", res.Rows)
+	}
+	if e.flush(ctx, tr) {
+		t.Fatal("the flush committed a batch whose late change has no record")
+	}
+	if !tr.rawAll || e.rawRereads.Load() != 1 {
+		t.Fatalf("rawAll %v, re-reads %d: want the batch read again with its records", tr.rawAll, e.rawRereads.Load())
+	}
+	// Read again from the table's positions (the engine seeks there).
+	recs = second
+	route()
+	if got := e.rawKept.Load(); got != int64(len(second)) {
+		t.Fatalf("%d records kept on the re-read, want all %d", got, len(second))
+	}
+	if !e.flush(ctx, tr) {
+		t.Fatal("the re-read batch was not committed")
+	}
+	if tr.rawAll {
+		t.Fatal("records still kept after the re-read batch committed")
+	}
+	// The horizon is known now: a change late beyond it keeps its record
+	// when routed, and the flush needs no re-read.
+	kept := e.rawKept.Load()
+	recs = nil
+	add(dbzOrders(1, 16, "u", "resurrected again"))
+	add(dbzOrders(3, fresh+n+10, "u", "fresher"))
+	route()
+	if got := e.rawKept.Load() - kept; got != 1 {
+		t.Fatalf("%d records kept, want the late change's only", got)
+	}
+	if !e.flush(ctx, tr) || e.rawRereads.Load() != 1 {
+		t.Fatalf("the flush of a known-late change re-read (%d re-reads)", e.rawRereads.Load())
+	}
+
+	rows, _ := deltaRS(t, table)
+	if len(rows) != 1+n {
+		t.Fatalf("%d rows, want key 2 and the %d fresh keys", len(rows), n)
+	}
+	for _, r := range rows {
+		if fmt.Sprint(r["id"]) == "1" {
+			t.Fatalf("the purged key came back: %v", r)
+		}
+	}
+	qrows, _ := deltaRS(t, table+"_quarantine")
+	if len(qrows) != 2 {
+		t.Fatalf("quarantine holds %d rows, want the two late changes", len(qrows))
+	}
+	var found bool
+	for _, q := range qrows {
+		if q["reason"] != tombstone.ReasonLateBeyondHorizon {
+			t.Fatalf("quarantine reason %v, want %s", q["reason"], tombstone.ReasonLateBeyondHorizon)
+		}
+		if fmt.Sprint(q["offset"]) == "3" {
+			found = true
+			if got := fmt.Sprint(q["value"]); got != base64.StdEncoding.EncodeToString(lateValue) { // delta-rs's binary, as deltaRS prints it
+				t.Fatalf("quarantined value %.80s..., want the record as it arrived", got)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("quarantine %v lacks the change at offset 3", qrows)
 	}
 }
