@@ -155,13 +155,19 @@ func (p *batchPool) register(out []byte) {
 
 // releaseRecord releases a record the engine is done with (nil pool: a
 // no-op).
+// Every routed record comes here, so it takes the one record's bytes
+// without the iterator release's closures (two allocations a record).
 func (p *batchPool) releaseRecord(r *kgo.Record) {
 	if p == nil {
 		return
 	}
-	p.release(func(yield func([]byte) bool) {
-		yield(recordBytes(r.Key, r.Value, len(r.Headers), func(i int) []byte { return r.Headers[i].Value }))
-	})
+	b := recordBytes(r.Key, r.Value, len(r.Headers), func(i int) []byte { return r.Headers[i].Value })
+	if len(b) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releaseLocked(b, nil)
 }
 
 // releaseChanges releases the records of a committed batch's changes.
@@ -225,25 +231,30 @@ func (p *batchPool) release(recs iter.Seq[[]byte]) {
 	defer p.mu.Unlock()
 	var last *pooledBatch
 	for r := range recs {
-		if len(r) == 0 {
-			continue
-		}
-		at := uintptr(unsafe.Pointer(unsafe.SliceData(r)))
-		b := last
-		if b == nil || at < b.start || at >= b.end {
-			b = p.find(at)
-			if b == nil {
-				continue
-			}
-		}
-		last = b
-		b.refs--
-		if b.refs == 0 {
-			p.drop(b)
-			p.putLocked(b.buf)
-			last = nil
+		if len(r) > 0 {
+			last = p.releaseLocked(r, last)
 		}
 	}
+}
+
+// releaseLocked releases the record whose bytes r (not empty) is, trying
+// last (the buffer of the record released before it, nil: none) before
+// searching, and returns the buffer to try for the next record.
+func (p *batchPool) releaseLocked(r []byte, last *pooledBatch) *pooledBatch {
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(r)))
+	b := last
+	if b == nil || at < b.start || at >= b.end {
+		if b = p.find(at); b == nil {
+			return last
+		}
+	}
+	b.refs--
+	if b.refs == 0 {
+		p.drop(b)
+		p.putLocked(b.buf)
+		return nil
+	}
+	return b
 }
 
 // find returns the registered buffer holding address at, or nil.
