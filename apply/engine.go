@@ -591,10 +591,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		recs := fetches.Records()
 		pre := e.predecode(ctx, recs)
 		for i, r := range recs {
-			var p *predecoded
-			if pre != nil {
-				p = &pre[i]
-			}
+			p := predecodedAt(pre, i)
 			// A poll can hold more records than a batch may: flush as
 			// soon as a table reaches max_records, mid-poll (the
 			// partitions cannot move while the poll is being handled).
@@ -861,6 +858,15 @@ func (e *Engine) predecode(ctx context.Context, recs []*kgo.Record) []predecoded
 	}
 	wg.Wait()
 	return out
+}
+
+// predecodedAt is record i's slot of predecode's result (nil: the poll
+// was not decoded ahead).
+func predecodedAt(pre []predecoded, i int) *predecoded {
+	if pre == nil {
+		return nil
+	}
+	return &pre[i]
 }
 
 // projectAhead projects a decoded row change onto l while its values

@@ -524,15 +524,7 @@ func TestPredecodeEvolvesMidPoll(t *testing.T) {
 		t.Skip("predecode needs two cores")
 	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	e, err := NewEngine(testConfig(t, []string{"127.0.0.1:1"}, dir), Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := e.tables[0]
-	if err := tr.applier.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, tr, dir := directEngine(t)
 	var recs []*kgo.Record
 	add := func(k, v []byte) { recs = append(recs, &kgo.Record{Topic: "orders", Key: k, Value: v}) }
 	offset := int64(0)
@@ -541,16 +533,8 @@ func TestPredecodeEvolvesMidPoll(t *testing.T) {
 		for _, r := range recs {
 			r.Offset, offset = offset, offset+1
 		}
-		pre := e.predecode(ctx, recs)
-		if pre == nil {
+		if !routeAsRun(t, e, tr, recs) {
 			t.Fatal("the poll was not decoded ahead")
-		}
-		for i, r := range recs {
-			e.routeTo(ctx, tr, r, &pre[i])
-		}
-		clear(pre)
-		if tr.halted != nil {
-			t.Fatal(tr.halted)
 		}
 		if !e.flush(ctx, tr) || tr.halted != nil {
 			t.Fatalf("flush: resynced or halted (%v)", tr.halted)
@@ -620,15 +604,7 @@ func TestPredecodeEvolvesMidPoll(t *testing.T) {
 // its flush cannot send it round once more.)
 func TestLateBeyondRisenHorizon(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	e, err := NewEngine(testConfig(t, []string{"127.0.0.1:1"}, dir), Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := e.tables[0]
-	if err := tr.applier.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, tr, dir := directEngine(t)
 	table := dir + "/orders"
 	var recs []*kgo.Record
 	offset := int64(0)
@@ -636,23 +612,10 @@ func TestLateBeyondRisenHorizon(t *testing.T) {
 		recs = append(recs, &kgo.Record{Topic: "orders", Key: k, Value: v, Offset: offset})
 		offset++
 	}
-	// route routes recs as Run does (decoded ahead when the poll is
-	// large enough and there are two cores).
 	route := func() {
 		t.Helper()
-		tr.resynced = false
-		pre := e.predecode(ctx, recs)
-		for i, r := range recs {
-			var p *predecoded
-			if pre != nil {
-				p = &pre[i]
-			}
-			e.routeTo(ctx, tr, r, p)
-		}
-		clear(pre)
-		if tr.halted != nil {
-			t.Fatal(tr.halted)
-		}
+		tr.resynced = false // a new poll
+		routeAsRun(t, e, tr, recs)
 	}
 	// Source times are in 2023 (dbzOrders), older than a week.
 	add(dbzOrders(1, 10, "c", "new"))
@@ -746,4 +709,39 @@ func TestLateBeyondRisenHorizon(t *testing.T) {
 	if !found {
 		t.Fatalf("quarantine %v lacks the change at offset 3", qrows)
 	}
+}
+
+// directEngine is an engine with its one table ("orders", in dir/orders)
+// opened and no broker behind it (the Kafka client is never made), for
+// tests and benchmarks that hand it polls themselves.
+func directEngine(tb testing.TB) (*Engine, *tableRun, string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	e, err := NewEngine(testConfigFor(tb, []string{"127.0.0.1:1"}, dir, "orders", "cdcapply-test"), Logger(quietLogger()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t := e.tables[0]
+	if err := t.applier.Open(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return e, t, dir
+}
+
+// routeAsRun routes one poll into t as Run does: decoded ahead when the
+// poll is large enough and there are two cores (it reports whether it
+// was), routed record by record, the predecoded array cleared. A halt
+// fails the test.
+func routeAsRun(tb testing.TB, e *Engine, t *tableRun, recs []*kgo.Record) bool {
+	tb.Helper()
+	ctx := context.Background()
+	pre := e.predecode(ctx, recs)
+	for i, r := range recs {
+		e.routeTo(ctx, t, r, predecodedAt(pre, i))
+	}
+	clear(pre)
+	if t.halted != nil {
+		tb.Fatal(t.halted)
+	}
+	return pre != nil
 }

@@ -85,15 +85,7 @@ func routePoll(b *testing.B, e *Engine, t *tableRun, recs []*kgo.Record, pre []p
 // Debezium JSON updates that BenchmarkRoute and BenchmarkPredecodeRoute
 // route.
 func routeBench(b *testing.B) (*Engine, *tableRun, []*kgo.Record) {
-	cfg := testConfigFor(b, []string{"127.0.0.1:1"}, b.TempDir(), "orders", "bench")
-	e, err := NewEngine(cfg, Logger(quietLogger()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	t := e.tables[0]
-	if err := t.applier.Open(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	e, t, _ := directEngine(b)
 	recs := make([]*kgo.Record, 10_000)
 	for i := range recs {
 		k, v := dbzOrders(i%1000, int64(i+1), "u", "shipped")
