@@ -771,9 +771,9 @@ type predecoded struct {
 	ch   debezium.Change
 	err  error
 	took time.Duration
-	// rc, when not nil, is the change already projected onto layout (its
-	// record set), which routing takes as it is while the table still has
-	// that layout.
+	// rc, when not nil, is the change already projected onto layout
+	// (without Raw: routing keeps the record or releases it), which
+	// routing takes as it is while the table still has that layout.
 	rc     *Change
 	layout *Layout
 }
