@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -744,4 +745,87 @@ func routeAsRun(tb testing.TB, e *Engine, t *tableRun, recs []*kgo.Record) bool 
 		tb.Fatal(t.halted)
 	}
 	return pre != nil
+}
+
+// TestRoutingReleasesRecords: a change's record goes back to the batch
+// pool when it is routed, before its batch commits (its values are
+// copies), unless the purge horizon routing knows would refuse the
+// change: that record is kept until the flush has quarantined it, and
+// the quarantine holds its bytes unchanged (released too early, the
+// pool could have handed its buffer out again).
+func TestRoutingReleasesRecords(t *testing.T) {
+	ctx := context.Background()
+	e, tr, dir := directEngine(t)
+	table := dir + "/orders"
+	offset := int64(0)
+	// pooled puts the records' values into one registered pool buffer,
+	// as the LZ4 decompressor does, and returns records pointing there.
+	pooled := func(kvs ...[2][]byte) []*kgo.Record {
+		t.Helper()
+		values := make([]string, len(kvs))
+		for i, kv := range kvs {
+			values[i] = string(kv[1])
+		}
+		data := v2Records(values...)
+		buf := append(e.batches.get(len(data)), data...)
+		e.batches.register(buf)
+		recs := make([]*kgo.Record, len(kvs))
+		at := 0
+		for i, kv := range kvs {
+			j := bytes.Index(buf[at:], kv[1])
+			if j < 0 {
+				t.Fatal("value not in the buffer")
+			}
+			at += j
+			recs[i] = &kgo.Record{Topic: "orders", Key: kv[0], Value: buf[at : at+len(kv[1]) : at+len(kv[1])], Offset: offset}
+			at += len(kv[1])
+			offset++
+		}
+		return recs
+	}
+	kv := func(k, v []byte) [2][]byte { return [2][]byte{k, v} }
+
+	// A poll large enough to be decoded ahead on two cores, and a small
+	// one routed on the loop alone; no horizon yet.
+	var first [][2][]byte
+	for id := range 2 * predecodeMin {
+		first = append(first, kv(dbzOrders(id, int64(10+id), "c", "new")))
+	}
+	for _, poll := range [][][2][]byte{first, {kv(dbzOrders(0, 5000, "d", ""))}} {
+		routeAsRun(t, e, tr, pooled(poll...))
+		if n := e.batches.outstanding(); n != 0 {
+			t.Fatalf("%d pool buffers still have records out after routing, before the commit", n)
+		}
+	}
+	if !e.flush(ctx, tr) {
+		t.Fatal("flush resynced")
+	}
+	if _, err := tombstone.Purge(ctx, delta.Open(storage.NewLocal(table)), tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Logger: quietLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.applier.Refresh(ctx); err != nil { // as the next flush would
+		t.Fatal(err)
+	}
+	// Key 0 is purged; a late change for it (2023 source time) keeps its
+	// record, a fresh change does not.
+	lateKey, lateValue := dbzOrders(0, 20, "u", "late")
+	fresh := time.Now().UnixMilli() - 1_700_000_000_000
+	routeAsRun(t, e, tr, pooled(kv(lateKey, lateValue), kv(dbzOrders(1, fresh, "u", "fresh"))))
+	if n := e.batches.outstanding(); n != 1 {
+		t.Fatalf("%d pool buffers with records out, want the late change's", n)
+	}
+	if !e.flush(ctx, tr) || e.rawRereads.Load() != 0 {
+		t.Fatalf("flush resynced (%d re-reads)", e.rawRereads.Load())
+	}
+	if n := e.batches.outstanding(); n != 0 {
+		t.Fatalf("%d pool buffers with records out after the quarantine commit", n)
+	}
+	qrows, _ := deltaRS(t, table+"_quarantine")
+	if len(qrows) != 1 || qrows[0]["reason"] != tombstone.ReasonLateBeyondHorizon || fmt.Sprint(qrows[0]["value"]) != base64.StdEncoding.EncodeToString(lateValue) {
+		t.Fatalf("quarantine %v, want the late change's record as it arrived", qrows)
+	}
+	rows, _ := deltaRS(t, table)
+	if len(rows) != 2*predecodeMin-1 {
+		t.Fatalf("%d rows, want %d (key 0 purged)", len(rows), 2*predecodeMin-1)
+	}
 }
