@@ -2,6 +2,7 @@ package apply
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"strings"
@@ -9,9 +10,9 @@ import (
 )
 
 // TestKeyIndexGrowsPastOneMillion inserts keys one by one past the sizes
-// where the arena stops doubling and grows by a quarter and the entries
-// go on in a second chunk: every key keeps its sequence, deleted flag,
-// file and row, and less than a chunk of entries is spare.
+// where the arena and the entries go on in a second chunk: every key keeps
+// its sequence, deleted flag, file and row, and less than a chunk of
+// entries is spare.
 func TestKeyIndexGrowsPastOneMillion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("inserts 1.4M keys")
@@ -80,6 +81,119 @@ func TestEntryTable(t *testing.T) {
 				t.Fatal("an entry of the second chunk moved as the table grew")
 			}
 		})
+	}
+}
+
+// TestKeyArena: records of mixed lengths (one as long as a chunk allows)
+// appended past three chunks read back whole at their offsets; none spans
+// two chunks, each skipped tail is reported, the extent is the records
+// plus the skipped tails, a record of a full chunk never moves as the
+// arena grows, and a record longer than a chunk is refused. A KeyIndex
+// whose sequences change length compacts its arena across chunks and
+// still finds every key.
+func TestKeyArena(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 50 MiB of records")
+	}
+	var a keyArena
+	type rec struct {
+		off      uint64
+		key, seq []byte
+	}
+	var recs []rec
+	total, skippedAll := 0, 0
+	var firstOfSecond uint64
+	longKey := bytes.Repeat([]byte("k"), arenaChunk-16)
+	for i := 0; a.size() < 3*arenaChunk+12345; i++ {
+		key := []byte(fmt.Sprintf("key-%d-%s", i, strings.Repeat("x", i%700)))
+		if i == 20_000 {
+			key = longKey
+		}
+		seq := bytes.Repeat([]byte{byte(i)}, 1+i%40)
+		off, skipped, err := arenaAppend(&a, key, seq)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if skipped != 0 && off&(arenaChunk-1) != 0 {
+			t.Fatalf("record %d skipped %d bytes but does not start a chunk (offset %d)", i, skipped, off)
+		}
+		if firstOfSecond == 0 && off>>arenaChunkShift == 1 {
+			firstOfSecond = off
+		}
+		skippedAll += skipped
+		total += recordLen(len(key), len(seq))
+		recs = append(recs, rec{off, key, seq})
+	}
+	if len(a.chunks) < 4 {
+		t.Fatalf("%d chunks, want at least 4", len(a.chunks))
+	}
+	if got := a.size(); got != total+skippedAll {
+		t.Fatalf("extent %d, want %d of records and %d skipped", got, total, skippedAll)
+	}
+	kept := &a.chunks[1][0]
+	for i, r := range recs {
+		if !a.holds(r.off) {
+			t.Fatalf("record %d at %d: not held", i, r.off)
+		}
+		b := a.at(r.off)
+		kl, n := binary.Uvarint(b)
+		if int(kl) != len(r.key) || !bytes.Equal(b[n:n+int(kl)], r.key) {
+			t.Fatalf("record %d at %d: wrong key", i, r.off)
+		}
+		b = b[n+int(kl):]
+		sl, n := binary.Uvarint(b)
+		if !bytes.Equal(b[n:n+int(sl)], r.seq) {
+			t.Fatalf("record %d at %d: wrong sequence", i, r.off)
+		}
+	}
+	if a.holds(uint64(a.size())) || a.holds(uint64(len(a.chunks))<<arenaChunkShift) {
+		t.Fatal("holds reports an offset past the last record")
+	}
+	if &a.chunks[1][0] != kept || firstOfSecond != 1<<arenaChunkShift {
+		t.Fatal("the second chunk moved or did not start at its offset")
+	}
+	if _, _, err := arenaAppend(&a, append(longKey, make([]byte, 64)...), nil); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("a record longer than a chunk: %v", err)
+	}
+
+	// Compaction: 300k keys whose sequences change length (each change
+	// moves the record) until more than half the arena is garbage.
+	ix := NewKeyIndex(scaleLayout)
+	const keys = 300_000
+	keyOf := func(i int) string { return EncodeKey(scaleValues(int64(i), 1), scaleLayout.Key) }
+	for i := range keys {
+		if err := ix.insert(keyOf(i), pgSeq(uint64(i+1)), false, 0, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compacted := false
+	for round := 1; round <= 6; round++ {
+		before := ix.arena.size()
+		for i := range keys {
+			at, ok := ix.find(keyOf(i))
+			if !ok {
+				t.Fatalf("round %d: key %d lost", round, i)
+			}
+			seq := bytes.Repeat([]byte{byte(round)}, 10+round*3)
+			if err := ix.set(at, seq, round%2 == 0, fileID(round), int64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ix.arena.size() < before {
+			compacted = true
+		}
+		for i := 0; i < keys; i += 7 {
+			e, ok := ix.lookup(keyOf(i))
+			if !ok || !bytes.Equal(e.seq, bytes.Repeat([]byte{byte(round)}, 10+round*3)) || e.deleted != (round%2 == 0) || e.file != fileID(round) || e.row != int64(i) {
+				t.Fatalf("round %d, key %d: %+v %v", round, i, e, ok)
+			}
+		}
+	}
+	if !compacted {
+		t.Fatal("the arena was never compacted")
+	}
+	if ix.garbage > ix.arena.size()/2 {
+		t.Fatalf("%d bytes of garbage in an arena of %d", ix.garbage, ix.arena.size())
 	}
 }
 

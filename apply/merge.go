@@ -802,8 +802,8 @@ func (ix *KeyIndex) touchGroup(group []pendingEntry) {
 		}
 	}
 	for j, e := range group {
-		if e.entry > 0 && offs[j] < uint64(len(ix.arena)) {
-			sink += uint64(ix.arena[offs[j]])
+		if e.entry > 0 && ix.arena.holds(offs[j]) {
+			sink += uint64(ix.arena.at(offs[j])[0])
 		}
 	}
 	ix.touched = byte(sink)
