@@ -78,6 +78,9 @@ type Engine struct {
 	// record is released to it where the engine is done with it (see
 	// batchPool).
 	batches *batchPool
+	// recordSlices gives franz-go the record slices fetched batches are
+	// decoded into; Run recycles each record once routed.
+	recordSlices recordSlices
 
 	// predecodedUsed counts records routed with predecode's result, and
 	// routed the records routed into a table's buffer (tests).
@@ -437,6 +440,12 @@ func (e *Engine) FetchBuffers() (filled, reused, forgotten int64) {
 	return e.batches.stats()
 }
 
+// RecordSlices reports the record slices franz-go took from the engine's
+// pool and how many of them were recycled ones.
+func (e *Engine) RecordSlices() (got, reused int64) {
+	return e.recordSlices.got.Load(), e.recordSlices.reused.Load()
+}
+
 // tableFor routes a topic to its table (nil: not ours).
 func (e *Engine) tableFor(topic string) *tableRun {
 	// Every record asks, from Run's goroutine and predecode's workers: a
@@ -483,6 +492,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.AdjustFetchOffsetsFn(e.adjustOffsets),
 		kgo.WithDecompressor(newLZ4Decompressor(e.batches)),
+		kgo.WithPools(&e.recordSlices),
 	}
 	if e.cfg.Kafka.ClientID != "" {
 		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
@@ -595,7 +605,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			// A poll can hold more records than a batch may: flush as
 			// soon as a table reaches max_records, mid-poll (the
 			// partitions cannot move while the poll is being handled).
-			if t := e.route(ctx, r, p); t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords && !t.mayGrow() {
+			t := e.route(ctx, r, p)
+			// Routed: nothing refers to the record any more (a kept one
+			// is a copy), so its slot goes back to franz-go's pool.
+			r.Recycle()
+			if t != nil && t.halted == nil && len(t.buf.changes) >= t.cfg.Flush.MaxRecords && !t.mayGrow() {
 				e.startFlush(ctx, t)
 			}
 		}

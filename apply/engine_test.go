@@ -308,6 +308,11 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	if filled, reused, _ := e.FetchBuffers(); filled == 0 || reused == 0 {
 		t.Errorf("%d LZ4 batches decompressed, %d into reused buffers: the batch pool was not exercised", filled, reused)
 	}
+	// Every routed record is recycled, so once a batch's records are all
+	// routed its record slice serves a later batch.
+	if got, reused := e.RecordSlices(); got == 0 || reused == 0 {
+		t.Errorf("%d record slices handed to the client, %d of them recycled ones", got, reused)
+	}
 	// Every record was released (applied, skipped, quarantined): once the
 	// last batch settles no buffer has records out.
 	for deadline := time.Now().Add(10 * time.Second); e.batches.outstanding() > 0 && time.Now().Before(deadline); {
