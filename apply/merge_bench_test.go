@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -127,6 +129,62 @@ func BenchmarkKeyIndex(b *testing.B) {
 	b.ReportMetric(bytesPerKey, "bytes/key")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/key")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/keys, "cpu-ns/key")
+}
+
+// BenchmarkKeyIndexBuildPeak builds the key index of a 10M-key table
+// (integer keys, 18-byte sequences, rows made in memory, files without
+// row counts so nothing is reserved) and reports the heap's peak while it
+// builds, over what the heap held before, sampled every 2 ms, and what
+// the finished index holds. Growth that copies a buffer holds both
+// copies until the collector frees the old one: the peak, not the index,
+// is what a memory limit must leave room for.
+//
+//	go test ./apply -run XXX -bench KeyIndexBuildPeak -benchtime 1x -count 3
+func BenchmarkKeyIndexBuildPeak(b *testing.B) {
+	const files, perFile = 1000, 10_000
+	ctx := context.Background()
+	snap := genSnapshot(b, files)
+	rf := genRowFiles{perFile: perFile}
+	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peakMiB, liveMiB float64
+	for b.Loop() {
+		runtime.GC()
+		metrics.Read(heap)
+		base := heap[0].Value.Uint64()
+		var peak atomic.Uint64
+		done, sampled := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(sampled)
+			s := []metrics.Sample{{Name: heap[0].Name}}
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				metrics.Read(s)
+				if v := s[0].Value.Uint64(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}()
+		ix, err := BuildKeyIndex(ctx, refLayout, snap, rf)
+		close(done)
+		<-sampled
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ix.Len() != files*perFile {
+			b.Fatalf("index holds %d keys, want %d", ix.Len(), files*perFile)
+		}
+		runtime.GC()
+		metrics.Read(heap)
+		peakMiB = float64(peak.Load()-min(base, peak.Load())) / (1 << 20)
+		liveMiB = float64(heap[0].Value.Uint64()-base) / (1 << 20)
+		runtime.KeepAlive(ix)
+	}
+	b.ReportMetric(peakMiB, "peak-MiB")
+	b.ReportMetric(liveMiB, "live-MiB")
 }
 
 // cpuTime is the process's user plus system CPU time: on a machine shared
