@@ -541,8 +541,15 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Info("memory limit set", "pipeline", e.cfg.Pipeline.ID, "bytes", lim)
 	}
 	for _, t := range e.tables {
+		// A large table's key index takes seconds to build (10M keys:
+		// several), so the start says what it read and how long it took.
+		opened := time.Now()
 		if err := t.applier.Open(ctx); err != nil {
 			return err
+		}
+		if snap := t.applier.Snapshot(); snap != nil {
+			e.log.Info("table opened, key index built", "table", t.cfg.Name, "version", snap.Version,
+				"files", snap.NumFiles(), "keys", t.applier.rows(), "took", time.Since(opened).Round(time.Millisecond))
 		}
 		if err := e.typeSchemaless(t); err != nil {
 			return err

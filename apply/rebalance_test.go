@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"sort"
 	"sync"
 	"testing"
@@ -235,6 +236,11 @@ func TestRebalanceAndZombie(t *testing.T) {
 	}
 	if a.fenced.Load() == 0 {
 		t.Errorf("the zombie's commit was not fenced (A fenced %d, B fenced %d)", a.fenced.Load(), b.fenced.Load())
+	}
+	// B started on the table A had written: its start says what it read.
+	opened := regexp.MustCompile(`msg="table opened, key index built" table=orders version=\d+ files=[1-9]\d* keys=([1-9]\d*) took=`)
+	if !opened.MatchString(logB.String()) {
+		t.Error("instance B's start did not report the table and key index it opened")
 	}
 	if t.Failed() {
 		t.Logf("instance A's log:\n%s", logA.String())
