@@ -177,6 +177,14 @@ func makeBig[T any](n, c int) []T {
 	return s
 }
 
+// regrow returns a copy of s with capacity c (on huge pages): how the
+// first chunk of the index's entries and arena grows while it is short.
+func regrow[T any](s []T, c int) []T {
+	g := makeBig[T](len(s), c)
+	copy(g, s)
+	return g
+}
+
 // entryTable holds the index's entries: a first chunk that grows by
 // doubling up to entryChunk entries, then chunks of entryChunk entries
 // allocated whole. Appending never copies more than the first chunk, so
@@ -208,9 +216,7 @@ func (t *entryTable) append(e indexEntry) {
 	}
 	ch := &t.chunks[k]
 	if len(*ch) == cap(*ch) { // only the first chunk is ever short
-		grown := makeBig[indexEntry](len(*ch), min(2*cap(*ch), entryChunk))
-		copy(grown, *ch)
-		*ch = grown
+		*ch = regrow(*ch, min(2*cap(*ch), entryChunk))
 	}
 	*ch = append(*ch, e)
 	t.n++
@@ -224,9 +230,7 @@ func (t *entryTable) reserve(n int) {
 	if len(t.chunks) == 0 {
 		t.chunks = append(t.chunks, makeBig[indexEntry](0, min(max(n, 1024), entryChunk)))
 	} else if first := &t.chunks[0]; cap(*first) < entryChunk && cap(*first) < n {
-		grown := makeBig[indexEntry](len(*first), min(n, entryChunk))
-		copy(grown, *first)
-		*first = grown
+		*first = regrow(*first, min(n, entryChunk))
 	}
 	for len(t.chunks)*entryChunk < n {
 		t.chunks = append(t.chunks, makeBig[indexEntry](0, entryChunk))
@@ -300,9 +304,7 @@ func arenaAppend[K string | []byte](a *keyArena, key K, seq []byte) (off uint64,
 		// The first chunk, still growing: double it (or more, for a
 		// long record), at most to a whole chunk.
 		first := a.chunks[0]
-		grown := makeBig[byte](len(first), min(max(2*cap(first), len(first)+need), arenaChunk))
-		copy(grown, first)
-		a.chunks[0] = grown
+		a.chunks[0] = regrow(first, min(max(2*cap(first), len(first)+need), arenaChunk))
 	default:
 		if uint64(last+1) >= deletedBit>>arenaChunkShift {
 			return 0, 0, fmt.Errorf("key index arena exceeds 2^63 bytes")
