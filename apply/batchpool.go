@@ -14,10 +14,11 @@ import (
 	"github.com/cdcapply/cdcapply/debezium"
 )
 
-// batchPool recycles the buffers LZ4 record batches are decompressed
-// into. In the 1M-key bench they were more than half of every byte the
-// engine allocated (8 GB for 2.1M records): each cleared by the runtime
-// before use, each driving the collector.
+// batchPool recycles the buffers compressed record batches are
+// decompressed into (fetchDecompressor, every codec). In the 1M-key
+// bench they were more than half of every byte the engine allocated (8 GB
+// for 2.1M records): each cleared by the runtime before use, each
+// driving the collector.
 //
 // A buffer is reused only once every record in it was released: the
 // records' keys, values and headers point into it, and so does a change's

@@ -74,9 +74,9 @@ type Engine struct {
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
-	// batches recycles the buffers LZ4 batches are decompressed into; a
-	// record is released to it where the engine is done with it (see
-	// batchPool).
+	// batches recycles the buffers fetched batches are decompressed
+	// into, whatever their codec; a record is released to it where the
+	// engine is done with it (see batchPool).
 	batches *batchPool
 	// recordSlices gives franz-go the record slices fetched batches are
 	// decoded into; Run recycles each record once routed.
@@ -432,8 +432,8 @@ func (e *Engine) typeSchemaless(t *tableRun) error {
 	return nil
 }
 
-// FetchBuffers reports the buffers LZ4 record batches were decompressed
-// into: how many were filled, how many of those were released buffers
+// FetchBuffers reports the buffers compressed record batches were
+// decompressed into: how many were filled, how many of those were released buffers
 // used again, and how many the pool stopped tracking before all their
 // records were released (left to the collector).
 func (e *Engine) FetchBuffers() (filled, reused, forgotten int64) {
@@ -491,7 +491,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		kgo.OnPartitionsRevoked(e.onRevoked),
 		kgo.OnPartitionsLost(e.onRevoked),
 		kgo.AdjustFetchOffsetsFn(e.adjustOffsets),
-		kgo.WithDecompressor(newLZ4Decompressor(e.batches)),
+		kgo.WithDecompressor(newFetchDecompressor(e.batches)),
 		kgo.WithPools(&e.recordSlices),
 	}
 	if e.cfg.Kafka.ClientID != "" {

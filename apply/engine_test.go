@@ -306,7 +306,7 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 		t.Errorf("quarantine table has %d rows, commits counted %d", len(reasons), quarantined)
 	}
 	if filled, reused, _ := e.FetchBuffers(); filled == 0 || reused == 0 {
-		t.Errorf("%d LZ4 batches decompressed, %d into reused buffers: the batch pool was not exercised", filled, reused)
+		t.Errorf("%d compressed batches decompressed, %d into reused buffers: the batch pool was not exercised", filled, reused)
 	}
 	// Every routed record is recycled, so once a batch's records are all
 	// routed its record slice serves a later batch.

@@ -10,8 +10,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// lz4Decompressor decompresses fetched record batches: LZ4 frames itself,
-// every other codec through franz-go's default decompressor.
+// fetchDecompressor decompresses fetched record batches into buffers
+// from the engine's batch pool, which takes each back once every record
+// in it is released (batchPool): LZ4 frames itself; gzip, snappy, zstd
+// and any LZ4 frame it does not take through franz-go's default
+// decompressor, handed a pool buffer to decode into. Without that, every
+// compressed batch was a fresh buffer for the runtime to clear and the
+// collector to reclaim: snappy and zstd topics allocated twice what an
+// LZ4 topic did and were collected two to three times as often (bench/README.md,
+// session 19). Uncompressed batches never reach a decompressor: their
+// records point into the fetch response, which franz-go allocates for
+// every fetch.
 //
 // franz-go's LZ4 path streams the frame through a reader into a growing
 // buffer, checks the frame's content checksum and copies the result out:
@@ -24,39 +33,86 @@ import (
 // this decoder does not take (linked blocks, a dictionary, anything
 // malformed) is handed to the default decompressor, which decodes it or
 // reports the error.
-type lz4Decompressor struct {
+type fetchDecompressor struct {
 	fallback kgo.Decompressor
 	// pool, when not nil, provides the output buffers and takes them back
 	// once the engine released every record in them.
-	pool    *batchPool
-	ratio   atomic.Int64 // recent decompressed/compressed size ratio, in 1/16ths
-	decoded atomic.Int64 // batches decoded here (not by the fallback)
+	pool *batchPool
+	// ratio is, per codec, the last batch's decompressed/compressed size
+	// ratio in 1/16ths: the next buffer's size.
+	ratio   [kgo.CodecZstd + 1]atomic.Int64
+	decoded atomic.Int64 // LZ4 batches decoded here (not by the fallback)
+	pooled  atomic.Int64 // batches the fallback decoded, registered with the pool
 }
 
 // lz4MaxBatch bounds what one batch may decompress to here; a larger one
 // goes to the default decompressor, which applies the client's bound.
 const lz4MaxBatch = 256 << 20
 
-func newLZ4Decompressor(pool *batchPool) *lz4Decompressor {
-	d := &lz4Decompressor{fallback: kgo.DefaultDecompressor(), pool: pool}
-	d.ratio.Store(4 * 16)
+func newFetchDecompressor(pool *batchPool) *fetchDecompressor {
+	d := &fetchDecompressor{pool: pool}
+	for i := range d.ratio {
+		d.ratio[i].Store(4 * 16)
+	}
+	if pool == nil {
+		d.fallback = kgo.DefaultDecompressor()
+	} else {
+		d.fallback = kgo.DefaultDecompressor(fallbackBuffers{d})
+	}
 	return d
 }
 
-func (d *lz4Decompressor) Decompress(src []byte, codec kgo.CompressionCodecType) ([]byte, error) {
-	if codec != kgo.CodecLz4 {
-		return d.fallback.Decompress(src, codec)
+func (d *fetchDecompressor) Decompress(src []byte, codec kgo.CompressionCodecType) ([]byte, error) {
+	if codec == kgo.CodecLz4 {
+		if out, ok := d.decodeFrames(src); ok {
+			d.noteRatio(codec, src, out)
+			d.decoded.Add(1)
+			return out, nil
+		}
 	}
-	out, ok := d.decodeFrames(src)
-	if !ok {
-		return d.fallback.Decompress(src, codec)
+	out, err := d.fallback.Decompress(src, codec)
+	if err != nil || d.pool == nil {
+		return out, err
 	}
-	if len(src) > 0 {
-		d.ratio.Store(int64(len(out)) * 16 / int64(len(src)))
-	}
-	d.decoded.Add(1)
+	// In the pool's buffer, or in one the codec allocated when that was
+	// too small (the pool's is then left to the collector): either way
+	// the records point into out, and out is reused once they are
+	// released.
+	d.noteRatio(codec, src, out)
+	d.pool.register(out)
+	d.pooled.Add(1)
 	return out, nil
 }
+
+// noteRatio keeps a batch's size ratio for the codec's next buffer.
+func (d *fetchDecompressor) noteRatio(codec kgo.CompressionCodecType, src, out []byte) {
+	if int(codec) < len(d.ratio) && len(src) > 0 {
+		d.ratio[codec].Store(int64(len(out)) * 16 / int64(len(src)))
+	}
+}
+
+// size is the buffer to decompress src into: its size times the codec's
+// last ratio (at least 1) and an eighth more, within lz4MaxBatch.
+func (d *fetchDecompressor) size(src []byte, codec kgo.CompressionCodecType) int {
+	r := int64(4 * 16)
+	if int(codec) < len(d.ratio) {
+		r = d.ratio[codec].Load()
+	}
+	guess := int64(len(src)) * max(r, 16) / 16
+	return int(min(guess+guess/8, lz4MaxBatch))
+}
+
+// fallbackBuffers hands franz-go's default decompressor the pool's
+// buffers to decode into (only the capacity is used). It takes back a
+// buffer only when decoding failed, cleared by franz-go; on success the
+// buffer is Decompress's to register.
+type fallbackBuffers struct{ d *fetchDecompressor }
+
+func (b fallbackBuffers) GetDecompressBytes(src []byte, codec kgo.CompressionCodecType) []byte {
+	return b.d.pool.get(b.d.size(src, codec))
+}
+
+func (b fallbackBuffers) PutDecompressBytes(p []byte) { b.d.pool.put(p) }
 
 var errLZ4Frame = errors.New("lz4 frame not taken")
 
@@ -64,9 +120,8 @@ var lz4Scratch = sync.Pool{New: func() any { return new([]byte) }}
 
 // decodeFrames decodes the LZ4 frames of src; ok is false for a frame it
 // does not take.
-func (d *lz4Decompressor) decodeFrames(src []byte) (out []byte, ok bool) {
-	guess := int64(len(src)) * max(d.ratio.Load(), 16) / 16
-	n := int(min(guess+guess/8, lz4MaxBatch))
+func (d *fetchDecompressor) decodeFrames(src []byte) (out []byte, ok bool) {
+	n := d.size(src, kgo.CodecLz4)
 	if d.pool == nil {
 		out = make([]byte, 0, n)
 	} else {

@@ -47,7 +47,7 @@ func TestLZ4DecompressorFrames(t *testing.T) {
 	}
 	payloads := map[string][]byte{"empty": nil, "small": []byte("hello, frame"), "random": random, "text": text.Bytes()}
 	sizes := []lz4.BlockSize{lz4.Block64Kb, lz4.Block256Kb, lz4.Block1Mb, lz4.Block4Mb}
-	d := newLZ4Decompressor(nil)
+	d := newFetchDecompressor(nil)
 	def := kgo.DefaultDecompressor()
 	for name, data := range payloads {
 		for _, size := range sizes {
@@ -85,7 +85,7 @@ func TestLZ4DecompressorFrames(t *testing.T) {
 // id, a bad block) goes to franz-go's decompressor, whose error is
 // returned; other codecs always do.
 func TestLZ4DecompressorFallsBack(t *testing.T) {
-	d := newLZ4Decompressor(nil)
+	d := newFetchDecompressor(nil)
 	frame := lz4Frame(t, bytes.Repeat([]byte("abc"), 10000))
 	dict := append([]byte(nil), frame...)
 	dict[4] |= 0x01
@@ -111,12 +111,19 @@ func TestLZ4DecompressorFallsBack(t *testing.T) {
 // compresses its batches with LZ4; both are closed with the test.
 func lz4Topic(t *testing.T, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
+	return compressedTopic(t, kgo.Lz4Compression(), opts...)
+}
+
+// compressedTopic is a one-partition topic "t" on an in-process broker
+// and a client producing to it with codec.
+func compressedTopic(t *testing.T, codec kgo.CompressionCodec, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	p, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.DefaultProduceTopic("t")}, opts...)...)
+	p, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(codec), kgo.DefaultProduceTopic("t")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +163,7 @@ func TestLZ4DecompressorConsumes(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d := newLZ4Decompressor(nil)
+	d := newFetchDecompressor(nil)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("t"), kgo.WithDecompressor(d))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +175,7 @@ func TestLZ4DecompressorConsumes(t *testing.T) {
 		}
 	})
 	if d.decoded.Load() == 0 {
-		t.Fatal("no batch was decoded by lz4Decompressor itself")
+		t.Fatal("no batch was decoded by fetchDecompressor itself")
 	}
 }
 
@@ -212,9 +219,9 @@ func BenchmarkLZ4Decompress(b *testing.B) {
 		pooled bool
 	}{
 		{"dec=franz-go", kgo.DefaultDecompressor(), frame, text.Len(), false},
-		{"dec=cdcapply", newLZ4Decompressor(nil), frame, text.Len(), false},
+		{"dec=cdcapply", newFetchDecompressor(nil), frame, text.Len(), false},
 		// Released as the engine releases a committed batch's records.
-		{"dec=cdcapply-pooled", newLZ4Decompressor(pool), pooledFrame.Bytes(), len(record), true},
+		{"dec=cdcapply-pooled", newFetchDecompressor(pool), pooledFrame.Bytes(), len(record), true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(c.size))

@@ -176,7 +176,7 @@ type MemoryFigures struct {
 	// collections: unlike the times, they hardly move with the machine.
 	TotalAlloc int64 `json:"total_alloc"`
 	NumGC      int64 `json:"num_gc"`
-	// FetchBuffers were the decompressed LZ4 batches, FetchBuffersReused
+	// FetchBuffers were the decompressed record batches (any codec), FetchBuffersReused
 	// those decompressed into a released buffer, FetchBuffersForgotten
 	// those left to the collector with records out.
 	FetchBuffers          int64 `json:"fetch_buffers"`
@@ -533,7 +533,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-34s %s (VmHWM; %s); Go heap objects peak %s; RSS max first half %s, second half %s\n", "peak RSS", mib(m.PeakRSS), iso,
 		mib(m.PeakHeapInUse), mib(m.RSSFirstHalfMax), mib(m.RSSSecondHalfMax))
-	fmt.Fprintf(w, "  %-34s %s allocated, %d collections; %d LZ4 batches decompressed, %d into reused buffers, %d left to the collector\n", "Go heap",
+	fmt.Fprintf(w, "  %-34s %s allocated, %d collections; %d compressed batches decompressed, %d into reused buffers, %d left to the collector\n", "Go heap",
 		mib(m.TotalAlloc), m.NumGC, m.FetchBuffers, m.FetchBuffersReused, m.FetchBuffersForgotten)
 	tb := r.Table
 	fmt.Fprintf(w, "  %-34s data %s + log %s; live %s in %d files (version %d)\n", "bytes written", mib(tb.DataBytes), mib(tb.LogBytes), mib(tb.LiveBytes), tb.LiveFiles, tb.Version)
