@@ -433,9 +433,9 @@ func (e *Engine) typeSchemaless(t *tableRun) error {
 }
 
 // FetchBuffers reports the buffers compressed record batches were
-// decompressed into: how many were filled, how many of those were released buffers
-// used again, and how many the pool stopped tracking before all their
-// records were released (left to the collector).
+// decompressed into: how many were filled, how many of those were
+// released buffers used again, and how many the pool stopped tracking
+// before all their records were released (left to the collector).
 func (e *Engine) FetchBuffers() (filled, reused, forgotten int64) {
 	return e.batches.stats()
 }

@@ -152,24 +152,34 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // TestEngineReferenceCaseThroughKafka is issue 4's reference case through
 // Kafka (kfake) as Debezium events, read back with delta-rs, with bad
 // records in the stream that are quarantined while the stream goes on.
+// It runs with LZ4 batches, which the engine decompresses itself, and
+// zstd ones, which franz-go decompresses into the engine's buffers.
 func TestEngineReferenceCaseThroughKafka(t *testing.T) {
-	const nparts = 3
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nparts, "orders"))
-	if err != nil {
-		t.Fatal(err)
+	for _, codec := range []struct {
+		name  string
+		codec kgo.CompressionCodec
+	}{{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}} {
+		t.Run(codec.name, func(t *testing.T) {
+			const nparts = 3
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nparts, "orders"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", nparts, codec.codec)
+		})
 	}
-	defer c.Close()
-	runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", nparts)
 }
 
 // runReferenceCase runs the reference case on a topic of nparts
-// partitions that exists on brokers (kfake or a real broker).
-func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32) {
-	// LZ4, so that the engine decompresses into its batch pool: the
-	// buffers of released records are reused while the quarantined ones
-	// keep theirs.
+// partitions that exists on brokers (kfake or a real broker), its
+// batches compressed with codec.
+func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32, codec kgo.CompressionCodec) {
+	// Compressed, so that the engine decompresses into its batch pool:
+	// the buffers of released records are reused while the quarantined
+	// ones keep theirs.
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+		kgo.ProducerBatchCompression(codec))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 // decompressor, handed a pool buffer to decode into. Without that, every
 // compressed batch was a fresh buffer for the runtime to clear and the
 // collector to reclaim: snappy and zstd topics allocated twice what an
-// LZ4 topic did and were collected two to three times as often (bench/README.md,
-// session 19). Uncompressed batches never reach a decompressor: their
+// LZ4 topic did and were collected two to three times as often
+// (bench/README.md, session 19). Uncompressed batches never reach a decompressor: their
 // records point into the fetch response, which franz-go allocates for
 // every fetch.
 //

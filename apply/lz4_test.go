@@ -107,15 +107,8 @@ func TestLZ4DecompressorFallsBack(t *testing.T) {
 	}
 }
 
-// lz4Topic starts a kfake cluster with a topic "t" and a producer that
-// compresses its batches with LZ4; both are closed with the test.
-func lz4Topic(t *testing.T, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
-	t.Helper()
-	return compressedTopic(t, kgo.Lz4Compression(), opts...)
-}
-
-// compressedTopic is a one-partition topic "t" on an in-process broker
-// and a client producing to it with codec.
+// compressedTopic starts a kfake cluster with a topic "t" and a producer
+// that compresses its batches with codec; both are closed with the test.
 func compressedTopic(t *testing.T, codec kgo.CompressionCodec, opts ...kgo.Opt) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
@@ -154,7 +147,7 @@ func consumeAll(t *testing.T, cl *kgo.Client, n int, fn func(r *kgo.Record, i in
 // TestLZ4DecompressorConsumes: records produced lz4-compressed into kfake
 // are consumed through it unchanged.
 func TestLZ4DecompressorConsumes(t *testing.T) {
-	c, p := lz4Topic(t)
+	c, p := compressedTopic(t, kgo.Lz4Compression())
 	ctx := context.Background()
 	const n = 2000
 	for i := range n {

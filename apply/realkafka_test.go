@@ -57,7 +57,7 @@ func realTopic(t *testing.T, brokers []string, nparts int32) string {
 func TestRealKafkaReferenceCase(t *testing.T) {
 	brokers := realBrokers(t)
 	topic := realTopic(t, brokers, 3)
-	runReferenceCase(t, brokers, topic, topic+"-group", 3)
+	runReferenceCase(t, brokers, topic, topic+"-group", 3, kgo.Lz4Compression())
 }
 
 // TestRealKafkaRebalanceAndBrokerRestart runs two instances in one group
