@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"runtime"
+	"runtime/trace"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// spinAlone keeps one P busy for d while nothing else runs.
+func spinAlone(d time.Duration, done chan<- uint64) {
+	x := uint64(1)
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for range 10_000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	done <- x
+}
+
+// sleepInSyscall blocks in a system call (not the runtime's sleep) for d.
+func sleepInSyscall(d time.Duration, done chan<- uint64) {
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
+	done <- 0
+}
+
+// TestAnalyzeAttributesIdleCores traces a program that first runs one
+// goroutine alone, then sits in a system call, and checks that the
+// report puts the unused P on the lone goroutine and the call's time on
+// its site.
+func TestAnalyzeAttributesIdleCores(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan uint64)
+	go spinAlone(200*time.Millisecond, done)
+	<-done
+	go sleepInSyscall(150*time.Millisecond, done)
+	<-done
+	trace.Stop()
+
+	rep, err := Analyze(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Write(&out, 10)
+	t.Log("\n" + out.String())
+	if rep.Procs != 2 {
+		t.Fatalf("Procs = %d, want 2 (GOMAXPROCS)", rep.Procs)
+	}
+	// 200 ms with one of two Ps unused: 0.2 core-seconds, put on the
+	// goroutine that ran alone (less if the host took the thread away
+	// from under it: the trace still says running).
+	alone := 0.0
+	for cause, s := range rep.Idle {
+		if strings.HasPrefix(cause, "alone: ") && strings.HasSuffix(cause, ".spinAlone") {
+			alone += s
+		}
+	}
+	if alone < 0.15 {
+		t.Errorf("idle put on spinAlone = %.3f core-s, want >= 0.15 (200 ms alone on 2 Ps)", alone)
+	}
+	sys := 0.0
+	for site, s := range rep.Syscalls {
+		if strings.HasPrefix(site, "syscall.Nanosleep @ ") && strings.HasSuffix(site, ".sleepInSyscall") {
+			sys += s
+		}
+	}
+	if sys < 0.14 {
+		t.Errorf("time in Nanosleep at sleepInSyscall = %.3f s, want >= 0.14", sys)
+	}
+	// While it sleeps nothing runs: both Ps unused, the cause the call.
+	inCall := 0.0
+	for cause, s := range rep.Idle {
+		if strings.HasPrefix(cause, "syscall: syscall.Nanosleep @ ") {
+			inCall += s
+		}
+	}
+	if inCall < 0.25 {
+		t.Errorf("idle while in Nanosleep = %.3f core-s, want >= 0.25 (150 ms on 2 Ps)", inCall)
+	}
+	total := 0.0
+	for _, s := range rep.Running {
+		total += s
+	}
+	if d := total - rep.Seconds; d > 1e-6 || d < -1e-6 {
+		t.Errorf("running spells add to %.6f s, the trace spans %.6f s", total, rep.Seconds)
+	}
+}
+
+func TestAnalyzeRejectsNonTrace(t *testing.T) {
+	if _, err := Analyze(strings.NewReader("not a trace")); err == nil {
+		t.Fatal("Analyze read a non-trace without error")
+	}
+}
