@@ -61,6 +61,27 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 		many[i] = Row{Values: vals, Seq: []byte{byte(i), byte(i >> 8)}, Deleted: i%2 == 0, SourceTsMicros: int64(i % 3), AppliedMicros: int64(i)}
 	}
 	sameRows(t, l, arrowRoundTrip(t, sch, len(l.Source), many), many)
+	// The same column buffers reused for a second record, as WriteRows
+	// does (arrowScratch): fewer rows, NULL or false where the first
+	// record had values and true, shorter text. Nothing of the first may
+	// show through.
+	scratch := new(arrowScratch)
+	sameRows(t, l, arrowRoundTripIn(t, sch, len(l.Source), many, scratch), many)
+	text := &scratch.cols[7].data[0] // s's bytes
+	sparse := make([]Row, 1000)
+	for i := range sparse {
+		vals := make([]schema.Value, len(full))
+		vals[0] = schema.Int(int64(10_000 + i))
+		if i%2 == 0 {
+			vals[1], vals[7], vals[8] = schema.Bool(false), schema.String("x"), schema.Bytes(nil)
+		}
+		sparse[i] = Row{Values: vals, Seq: []byte{byte(i)}, AppliedMicros: 1}
+	}
+	sameRows(t, l, arrowRoundTripIn(t, sch, len(l.Source), sparse, scratch), sparse)
+	if &scratch.cols[7].data[0] != text {
+		t.Error("the second record's text went to a new array: the scratch buffers were not reused")
+	}
+	sameRows(t, l, arrowRoundTripIn(t, sch, len(l.Source), many, scratch), many)
 	if back := arrowRoundTrip(t, sch, len(l.Source), nil); len(back) != 0 {
 		t.Errorf("no rows came back as %d", len(back))
 	}
@@ -69,13 +90,13 @@ func TestArrowRowsRoundTrip(t *testing.T) {
 	for c := range full {
 		bad := append([]schema.Value(nil), full...)
 		bad[c] = schema.Unavailable
-		if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}); err == nil {
+		if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: bad, Seq: []byte{1}}}, nil); err == nil {
 			t.Errorf("writing the unavailable placeholder in %s must fail", l.Source[c].Name)
 		}
 	}
 	nested := append([]schema.Value(nil), full...)
 	nested[13] = schema.List(schema.String("a"), schema.Unavailable)
-	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: nested, Seq: []byte{1}}}); err == nil {
+	if _, err := rowsToArrow(sch, len(l.Source), []Row{{Values: nested, Seq: []byte{1}}}, nil); err == nil {
 		t.Error("writing the unavailable placeholder inside a list must fail")
 	}
 	// An integer into a double column, a decimal into a string column.
@@ -109,7 +130,15 @@ func sameRows(t *testing.T, l *Layout, back, rows []Row) {
 // arrowRoundTrip converts rows to an Arrow record of sch and back.
 func arrowRoundTrip(t *testing.T, sch *arrow.Schema, nSource int, rows []Row) []Row {
 	t.Helper()
-	rec, err := rowsToArrow(sch, nSource, rows)
+	return arrowRoundTripIn(t, sch, nSource, rows, nil)
+}
+
+// arrowRoundTripIn is arrowRoundTrip building the record in scratch's
+// buffers. The text of the rows that come back points into them: compare
+// it before scratch is used again.
+func arrowRoundTripIn(t *testing.T, sch *arrow.Schema, nSource int, rows []Row, scratch *arrowScratch) []Row {
+	t.Helper()
+	rec, err := rowsToArrow(sch, nSource, rows, scratch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +164,7 @@ func TestRowsToArrowBothHalves(t *testing.T) {
 		t.Fatal(err)
 	}
 	nSource := len(scaleLayout.Source)
-	rec, err := rowsToArrow(sch, nSource, rows)
+	rec, err := rowsToArrow(sch, nSource, rows, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +187,7 @@ func TestRowsToArrowBothHalves(t *testing.T) {
 		bad := append([]schema.Value(nil), rows[2500].Values...)
 		bad[c] = schema.Unavailable
 		rows[2500].Values = bad
-		_, err := rowsToArrow(sch, nSource, rows)
+		_, err := rowsToArrow(sch, nSource, rows, nil)
 		if err == nil || !strings.Contains(err.Error(), scaleLayout.Source[c].Name) || !strings.Contains(err.Error(), "row 2500") {
 			t.Fatalf("an unavailable value in column %s: err %v, want one naming the column and row 2500", scaleLayout.Source[c].Name, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -31,6 +32,35 @@ type ParquetRowFiles struct {
 	options []datafile.WriteOption
 	points  *datafile.FileCache // files kept open for stored-row reads (nil: none)
 	vectors *vectorCache        // decoded deletion vectors
+	// scratch keeps the column buffers of files written, for the next
+	// WriteRows (rowsToArrow); concurrent writes take one each.
+	scratch struct {
+		sync.Mutex
+		free []*arrowScratch
+	}
+}
+
+// scratchKept bounds the column buffers a table keeps between files: one
+// batch writes one new file at a time.
+const scratchKept = 1
+
+func (p *ParquetRowFiles) takeScratch() *arrowScratch {
+	p.scratch.Lock()
+	defer p.scratch.Unlock()
+	if n := len(p.scratch.free); n > 0 {
+		s := p.scratch.free[n-1]
+		p.scratch.free = p.scratch.free[:n-1]
+		return s
+	}
+	return new(arrowScratch)
+}
+
+func (p *ParquetRowFiles) putScratch(s *arrowScratch) {
+	p.scratch.Lock()
+	defer p.scratch.Unlock()
+	if len(p.scratch.free) < scratchKept {
+		p.scratch.free = append(p.scratch.free, s)
+	}
 }
 
 // pointFilesOpen bounds the data files a table keeps open for stored-row
@@ -606,7 +636,11 @@ func skipValue(doc string, i int) (int, bool) {
 
 // WriteRows implements RowFiles.
 func (p *ParquetRowFiles) WriteRows(ctx context.Context, rows []Row) (*delta.Add, error) {
-	rec, err := rowsToArrow(p.arrow, len(p.layout.Source), rows)
+	scratch := p.takeScratch()
+	// Nothing reads the record's buffers once Write returns: they go to
+	// the next file (after rec.Release, which runs first).
+	defer p.putScratch(scratch)
+	rec, err := rowsToArrow(p.arrow, len(p.layout.Source), rows, scratch)
 	if err != nil {
 		return nil, fmt.Errorf("write rows to %s: %w", p.store.Location(), err)
 	}
