@@ -665,6 +665,15 @@ func (s *arrowScratch) size(n int) {
 
 func (s *arrowScratch) col(i int) *colBuffers { return &s.cols[i] }
 
+// bytes is the size of the buffers s holds.
+func (s *arrowScratch) bytes() int {
+	n := 0
+	for _, c := range s.cols {
+		n += cap(c.valid) + cap(c.fixed) + cap(c.data) + 4*cap(c.offsets)
+	}
+	return n
+}
+
 // colBuffers are one column's buffers (see colBuild).
 type colBuffers struct {
 	valid, fixed, data []byte

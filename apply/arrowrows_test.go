@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
+	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -192,5 +193,62 @@ func TestRowsToArrowBothHalves(t *testing.T) {
 			t.Fatalf("an unavailable value in column %s: err %v, want one naming the column and row 2500", scaleLayout.Source[c].Name, err)
 		}
 		rows[2500].Values = scaleValues(2500, 3)
+	}
+}
+
+// TestWriteRowsKeepsSmallScratch: WriteRows builds each file in the last
+// file's column buffers when they are small (a merge-on-read batch's
+// file) and lets a large file's buffers go (a copy-on-write rewrite, a
+// load), so they do not stay resident; the files read back as written.
+func TestWriteRowsKeepsSmallScratch(t *testing.T) {
+	ctx := t.Context()
+	store := storage.NewLocal(t.TempDir())
+	p, err := NewParquetRowFiles(store, scaleLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowsOf := func(n int, version uint64, pad int) []Row {
+		rows := make([]Row, n)
+		for i := range rows {
+			v := scaleValues(int64(i), version)
+			if pad > 0 {
+				v[5] = schema.String(strings.Repeat("x", pad))
+			}
+			if i%3 == 0 {
+				v[8] = schema.Null // flag: NULL where the last file had a value
+			}
+			rows[i] = Row{Values: v, Seq: pgSeq(version), AppliedMicros: 1}
+		}
+		return rows
+	}
+	check := func(rows []Row) {
+		t.Helper()
+		add, err := p.WriteRows(ctx, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := p.ReadRows(ctx, add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameRows(t, scaleLayout, back, rows)
+	}
+	check(rowsOf(5000, 1, 0))
+	if len(p.scratch.free) != 1 {
+		t.Fatalf("%d column buffers kept after a small file, want 1", len(p.scratch.free))
+	}
+	kept := p.scratch.free[0]
+	check(rowsOf(3000, 2, 0))
+	if len(p.scratch.free) != 1 || p.scratch.free[0] != kept {
+		t.Fatal("the second small file was not built in the first one's buffers")
+	}
+	// 40 rows of 1 MiB notes: more than scratchKeepBytes of text.
+	check(rowsOf(40, 3, 1<<20))
+	if len(p.scratch.free) != 0 {
+		t.Fatalf("a %d-byte scratch was kept after a large file (bound %d)", p.scratch.free[0].bytes(), scratchKeepBytes)
+	}
+	check(rowsOf(2000, 4, 0))
+	if len(p.scratch.free) != 1 || p.scratch.free[0].bytes() > 1<<20 {
+		t.Fatal("the small file after a large one did not start fresh buffers")
 	}
 }

@@ -41,8 +41,15 @@ type ParquetRowFiles struct {
 }
 
 // scratchKept bounds the column buffers a table keeps between files: one
-// batch writes one new file at a time.
-const scratchKept = 1
+// batch writes one new file at a time. scratchKeepBytes bounds their
+// size: a merge-on-read batch's file (about 10 MiB of buffers at 25k rows
+// of the bench's 10 columns) is kept; the buffers of a large file (a
+// copy-on-write rewrite, a load, a truncate) go to the collector, so
+// they do not stay resident between batches.
+const (
+	scratchKept      = 1
+	scratchKeepBytes = 32 << 20
+)
 
 func (p *ParquetRowFiles) takeScratch() *arrowScratch {
 	p.scratch.Lock()
@@ -56,6 +63,9 @@ func (p *ParquetRowFiles) takeScratch() *arrowScratch {
 }
 
 func (p *ParquetRowFiles) putScratch(s *arrowScratch) {
+	if s.bytes() > scratchKeepBytes {
+		return
+	}
 	p.scratch.Lock()
 	defer p.scratch.Unlock()
 	if len(p.scratch.free) < scratchKept {
