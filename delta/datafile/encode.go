@@ -226,7 +226,13 @@ func encodeParquetTo(out *bytes.Buffer, rec arrow.RecordBatch, o writeOptions) e
 		return nil
 	}
 	sc := pq.NewSchema("spark_schema", root)
-	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", "")}
+	// No statistics in page headers (the flat writer writes none either):
+	// parquet-go puts each page's full minimum and maximum there, twice,
+	// so a column of 1 MiB values wrote 4 MiB headers, a file four times
+	// its data, that arrow-go's reader refused ("deserializing page header
+	// failed"). Pages are pruned by the column index, whose bounds are
+	// truncated.
+	wopts := []pq.WriterOption{sc, pq.Compression(codec), pq.CreatedBy("cdcapply", "", ""), pq.DataPageStatistics(false)}
 	if o.page > 0 {
 		wopts = append(wopts, pq.PageBufferSize(o.page))
 	}
