@@ -245,10 +245,10 @@ func TestWriteRowsKeepsSmallScratch(t *testing.T) {
 	// 40 rows of 1 MiB notes: more than scratchKeepBytes of text.
 	check(rowsOf(40, 3, 1<<20))
 	if len(p.scratch.free) != 0 {
-		t.Fatalf("a %d-byte scratch was kept after a large file (bound %d)", p.scratch.free[0].bytes(), scratchKeepBytes)
+		t.Fatalf("a %d-byte scratch was kept after a large file (bound %d)", p.scratch.free[0].held(), scratchKeepBytes)
 	}
 	check(rowsOf(2000, 4, 0))
-	if len(p.scratch.free) != 1 || p.scratch.free[0].bytes() > 1<<20 {
+	if len(p.scratch.free) != 1 || p.scratch.free[0].held() > 1<<20 {
 		t.Fatal("the small file after a large one did not start fresh buffers")
 	}
 }

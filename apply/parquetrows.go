@@ -63,7 +63,7 @@ func (p *ParquetRowFiles) takeScratch() *arrowScratch {
 }
 
 func (p *ParquetRowFiles) putScratch(s *arrowScratch) {
-	if s.bytes() > scratchKeepBytes {
+	if s.held() > scratchKeepBytes {
 		return
 	}
 	p.scratch.Lock()

@@ -59,32 +59,14 @@ func TestAnalyzeAttributesIdleCores(t *testing.T) {
 	// 200 ms with one of two Ps unused: 0.2 core-seconds, put on the
 	// goroutine that ran alone (less if the host took the thread away
 	// from under it: the trace still says running).
-	alone := 0.0
-	for cause, s := range rep.Idle {
-		if strings.HasPrefix(cause, "alone: ") && strings.HasSuffix(cause, ".spinAlone") {
-			alone += s
-		}
-	}
-	if alone < 0.15 {
+	if alone := sumOf(rep.Idle, "alone: ", ".spinAlone"); alone < 0.15 {
 		t.Errorf("idle put on spinAlone = %.3f core-s, want >= 0.15 (200 ms alone on 2 Ps)", alone)
 	}
-	sys := 0.0
-	for site, s := range rep.Syscalls {
-		if strings.HasPrefix(site, "syscall.Nanosleep @ ") && strings.HasSuffix(site, ".sleepInSyscall") {
-			sys += s
-		}
-	}
-	if sys < 0.14 {
+	if sys := sumOf(rep.Syscalls, "syscall.Nanosleep @ ", ".sleepInSyscall"); sys < 0.14 {
 		t.Errorf("time in Nanosleep at sleepInSyscall = %.3f s, want >= 0.14", sys)
 	}
 	// While it sleeps nothing runs: both Ps unused, the cause the call.
-	inCall := 0.0
-	for cause, s := range rep.Idle {
-		if strings.HasPrefix(cause, "syscall: syscall.Nanosleep @ ") {
-			inCall += s
-		}
-	}
-	if inCall < 0.25 {
+	if inCall := sumOf(rep.Idle, "syscall: syscall.Nanosleep @ ", ".sleepInSyscall"); inCall < 0.25 {
 		t.Errorf("idle while in Nanosleep = %.3f core-s, want >= 0.25 (150 ms on 2 Ps)", inCall)
 	}
 	total := 0.0
@@ -94,6 +76,17 @@ func TestAnalyzeAttributesIdleCores(t *testing.T) {
 	if d := total - rep.Seconds; d > 1e-6 || d < -1e-6 {
 		t.Errorf("running spells add to %.6f s, the trace spans %.6f s", total, rep.Seconds)
 	}
+}
+
+// sumOf adds the seconds of m's keys that have the prefix and suffix.
+func sumOf(m map[string]float64, prefix, suffix string) float64 {
+	sum := 0.0
+	for k, s := range m {
+		if strings.HasPrefix(k, prefix) && strings.HasSuffix(k, suffix) {
+			sum += s
+		}
+	}
+	return sum
 }
 
 func TestAnalyzeRejectsNonTrace(t *testing.T) {
