@@ -200,10 +200,17 @@ func TestRowsToArrowBothHalves(t *testing.T) {
 // file's column buffers when they are small (a merge-on-read batch's
 // file) and lets a large file's buffers go (a copy-on-write rewrite, a
 // load), so they do not stay resident; the files read back as written.
+// What all tables keep is bounded.
 func TestWriteRowsKeepsSmallScratch(t *testing.T) {
 	ctx := t.Context()
-	store := storage.NewLocal(t.TempDir())
-	p, err := NewParquetRowFiles(store, scaleLayout)
+	emptyPool := func() {
+		scratchPool.Lock()
+		scratchPool.free, scratchPool.held = nil, 0
+		scratchPool.Unlock()
+	}
+	emptyPool()
+	t.Cleanup(emptyPool)
+	p, err := NewParquetRowFiles(storage.NewLocal(t.TempDir()), scaleLayout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,21 +241,37 @@ func TestWriteRowsKeepsSmallScratch(t *testing.T) {
 		sameRows(t, scaleLayout, back, rows)
 	}
 	check(rowsOf(5000, 1, 0))
-	if len(p.scratch.free) != 1 {
-		t.Fatalf("%d column buffers kept after a small file, want 1", len(p.scratch.free))
+	if len(scratchPool.free) != 1 || scratchPool.held != scratchPool.free[0].held() {
+		t.Fatalf("%d column buffers (%d bytes) kept after a small file, want 1", len(scratchPool.free), scratchPool.held)
 	}
-	kept := p.scratch.free[0]
+	kept := scratchPool.free[0]
 	check(rowsOf(3000, 2, 0))
-	if len(p.scratch.free) != 1 || p.scratch.free[0] != kept {
+	if len(scratchPool.free) != 1 || scratchPool.free[0] != kept {
 		t.Fatal("the second small file was not built in the first one's buffers")
 	}
 	// 40 rows of 1 MiB notes: more than scratchKeepBytes of text.
 	check(rowsOf(40, 3, 1<<20))
-	if len(p.scratch.free) != 0 {
-		t.Fatalf("a %d-byte scratch was kept after a large file (bound %d)", p.scratch.free[0].held(), scratchKeepBytes)
+	if len(scratchPool.free) != 0 || scratchPool.held != 0 {
+		t.Fatalf("a %d-byte scratch was kept after a large file (bound %d)", scratchPool.held, scratchKeepBytes)
 	}
 	check(rowsOf(2000, 4, 0))
-	if len(p.scratch.free) != 1 || p.scratch.free[0].held() > 1<<20 {
+	if len(scratchPool.free) != 1 || scratchPool.free[0].held() > 1<<20 {
 		t.Fatal("the small file after a large one did not start fresh buffers")
+	}
+	// Many tables' files at once keep no more than scratchPoolBytes.
+	var taken []*arrowScratch
+	for range 6 {
+		s := takeScratch()
+		s.ensure(1)
+		reuse(&s.cols[0].data, 20<<20)
+		taken = append(taken, s)
+	}
+	for _, s := range taken {
+		putScratch(s)
+	}
+	// 20 MiB each (and a little more the one the last file used): three
+	// fit in 64 MiB, the other three go.
+	if scratchPool.held > scratchPoolBytes || len(scratchPool.free) != 3 {
+		t.Fatalf("%d of %d scratches kept, %d bytes, bound %d", len(scratchPool.free), len(taken), scratchPool.held, scratchPoolBytes)
 	}
 }

@@ -32,44 +32,51 @@ type ParquetRowFiles struct {
 	options []datafile.WriteOption
 	points  *datafile.FileCache // files kept open for stored-row reads (nil: none)
 	vectors *vectorCache        // decoded deletion vectors
-	// scratch keeps the column buffers of files written, for the next
-	// WriteRows (rowsToArrow); concurrent writes take one each.
-	scratch struct {
-		sync.Mutex
-		free []*arrowScratch
-	}
 }
 
-// scratchKept bounds the column buffers a table keeps between files: one
-// batch writes one new file at a time. scratchKeepBytes bounds their
-// size: a merge-on-read batch's file (about 10 MiB of buffers at 25k rows
-// of the bench's 10 columns) is kept; the buffers of a large file (a
-// copy-on-write rewrite, a load, a truncate) go to the collector, so
-// they do not stay resident between batches.
+// scratchPool keeps the column buffers of written files for the next file
+// of any table (rowsToArrow's arrowScratch; concurrent writes take one
+// each). A file's buffers are kept only up to scratchKeepBytes: a
+// merge-on-read batch's file (about 10 MiB of buffers at 25k rows of the
+// bench's 10 columns) is kept, a large file's (a copy-on-write rewrite, a
+// load, a truncate) goes to the collector. scratchPoolBytes bounds what
+// all tables keep between their files, so a pipeline of many tables does
+// not hold one file's buffers per table.
+var scratchPool struct {
+	sync.Mutex
+	free []*arrowScratch
+	held int // bytes in free
+}
+
 const (
-	scratchKept      = 1
 	scratchKeepBytes = 32 << 20
+	scratchPoolBytes = 64 << 20
 )
 
-func (p *ParquetRowFiles) takeScratch() *arrowScratch {
-	p.scratch.Lock()
-	defer p.scratch.Unlock()
-	if n := len(p.scratch.free); n > 0 {
-		s := p.scratch.free[n-1]
-		p.scratch.free = p.scratch.free[:n-1]
-		return s
+func takeScratch() *arrowScratch {
+	scratchPool.Lock()
+	defer scratchPool.Unlock()
+	n := len(scratchPool.free)
+	if n == 0 {
+		return new(arrowScratch)
 	}
-	return new(arrowScratch)
+	s := scratchPool.free[n-1]
+	scratchPool.free[n-1] = nil
+	scratchPool.free = scratchPool.free[:n-1]
+	scratchPool.held -= s.held()
+	return s
 }
 
-func (p *ParquetRowFiles) putScratch(s *arrowScratch) {
-	if s.held() > scratchKeepBytes {
+func putScratch(s *arrowScratch) {
+	b := s.held()
+	if b > scratchKeepBytes {
 		return
 	}
-	p.scratch.Lock()
-	defer p.scratch.Unlock()
-	if len(p.scratch.free) < scratchKept {
-		p.scratch.free = append(p.scratch.free, s)
+	scratchPool.Lock()
+	defer scratchPool.Unlock()
+	if scratchPool.held+b <= scratchPoolBytes {
+		scratchPool.free = append(scratchPool.free, s)
+		scratchPool.held += b
 	}
 }
 
@@ -646,10 +653,10 @@ func skipValue(doc string, i int) (int, bool) {
 
 // WriteRows implements RowFiles.
 func (p *ParquetRowFiles) WriteRows(ctx context.Context, rows []Row) (*delta.Add, error) {
-	scratch := p.takeScratch()
+	scratch := takeScratch()
 	// Nothing reads the record's buffers once Write returns: they go to
 	// the next file (after rec.Release, which runs first).
-	defer p.putScratch(scratch)
+	defer putScratch(scratch)
 	rec, err := rowsToArrow(p.arrow, len(p.layout.Source), rows, scratch)
 	if err != nil {
 		return nil, fmt.Errorf("write rows to %s: %w", p.store.Location(), err)
