@@ -58,12 +58,13 @@ func Analyze(r io.Reader) (*Report, error) {
 	procs := map[trace.ProcID]bool{}
 	var first, last trace.Time
 	running := map[int]float64{}
+	// Seconds by goroutines running and cause, turned into unused
+	// core-seconds once the number of Ps is known.
 	type spell struct {
-		d    float64
 		n    int
 		what string
 	}
-	var spells []spell // classified once Procs is known
+	spells := map[spell]float64{}
 	for {
 		ev, err := tr.ReadEvent()
 		if errors.Is(err, io.EOF) {
@@ -83,7 +84,7 @@ func Analyze(r io.Reader) (*Report, error) {
 			d := float64(t-last) / 1e9
 			n, what := classify(state, startFn, sysSite)
 			running[n] += d
-			spells = append(spells, spell{d, n, what})
+			spells[spell{n, what}] += d
 		}
 		last = t
 		if ev.Kind() != trace.EventStateTransition {
@@ -128,9 +129,9 @@ func Analyze(r io.Reader) (*Report, error) {
 	for n := 0; n <= max(rep.Procs, maxKey(running)); n++ {
 		rep.Running = append(rep.Running, running[n])
 	}
-	for _, s := range spells {
+	for s, d := range spells {
 		if s.n < rep.Procs {
-			rep.Idle[s.what] += s.d * float64(rep.Procs-s.n)
+			rep.Idle[s.what] += d * float64(rep.Procs-s.n)
 		}
 	}
 	return rep, nil
