@@ -557,6 +557,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err := t.quarantine.Open(ctx); err != nil {
 			return err
 		}
+		e.recordResume(ctx, t)
 	}
 	defer func() {
 		for _, t := range e.tables {

@@ -118,6 +118,39 @@ func TestEngineJSONNoSchema(t *testing.T) {
 	// old columns from now on (the declaration may keep or drop them).
 	o.apply(3, "u", "paid")
 	catchUp("    columns: [{name: note, type: string}]\n", "after declaring the new column")
+	st, ok, err := ReadState(context.Background(), storage.NewLocal(dir+"/orders"))
+	if err != nil || !ok || !st.Halted || st.ResumedAt == nil || st.ResumedAt.Before(st.At) || !strings.Contains(st.Reason, `"note"`) {
+		t.Fatalf("after the restart: the halt kept and marked resumed after it, got %+v (recorded %v, %v)", st, ok, err)
+	}
+
+	// A restart with nothing to commit (a quiet table) marks a recorded
+	// halt resumed too, without a commit: status no longer shows it as
+	// current (a later halt would record a new one).
+	store := storage.NewLocal(dir + "/orders")
+	before, err := delta.Open(store).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	halt := TableState{Halted: true, Class: "schema", Reason: "test halt", At: time.Now().UTC().Add(-time.Minute), Version: before.Version}
+	if err := WriteState(context.Background(), store, halt); err != nil {
+		t.Fatal(err)
+	}
+	_, stop5 := startEngineWith(t, noSchemaConfig(t, c.ListenAddrs(), dir, "    columns: [{name: note, type: string}]\n"))
+	deadline = time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, _, _ = ReadState(context.Background(), store); st.ResumedAt != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop5()
+	after, err := delta.Open(store).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ResumedAt == nil || st.Reason != halt.Reason || !st.At.Equal(halt.At) || after.Version != before.Version {
+		t.Fatalf("quiet restart: want the halt marked resumed and no commit, got %+v, version %d -> %d", st, before.Version, after.Version)
+	}
 
 	// A declaration that contradicts the table is refused at start.
 	e4, err := NewEngine(noSchemaConfig(t, c.ListenAddrs(), dir, "    columns: [{name: id, type: string}]\n"), Logger(quietLogger()))

@@ -29,6 +29,11 @@ type TableState struct {
 	// Version is the table version the engine had applied when it halted;
 	// a later version means the table ran again after the halt.
 	Version int64 `json:"version"`
+	// ResumedAt is when an engine started applying the table again after
+	// the halt (nil: not since). A restarted engine may have nothing to
+	// commit for a long while on a quiet table; without this the halt
+	// would look current until its first commit.
+	ResumedAt *time.Time `json:"resumed_at,omitempty"`
 }
 
 // WriteState replaces the table's state file atomically.
@@ -66,6 +71,27 @@ func ClearState(ctx context.Context, store storage.Storage) error {
 		return fmt.Errorf("clear table state: %w", err)
 	}
 	return nil
+}
+
+// recordResume marks a recorded halt of t as history once Run has opened
+// the table again. Like recordHalt it logs a failure to read or write the
+// state file instead of returning it: the file only informs `cdcapply
+// status`, and the table runs either way.
+func (e *Engine) recordResume(ctx context.Context, t *tableRun) {
+	st, ok, err := ReadState(ctx, t.store)
+	if err == nil && (!ok || !st.Halted || st.ResumedAt != nil) {
+		return
+	}
+	if err == nil {
+		now := e.clock().UTC()
+		st.ResumedAt = &now
+		err = WriteState(ctx, t.store, st)
+	}
+	if err != nil {
+		e.log.Error("record table resumed after a halt", "table", t.cfg.Name, "err", err)
+		return
+	}
+	e.log.Info("table resumed after a recorded halt", "table", t.cfg.Name, "halted_at", st.At, "class", st.Class)
 }
 
 // recordHalt writes the halt of t for `cdcapply status`. A failure to

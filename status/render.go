@@ -63,8 +63,12 @@ func writeTable(b *strings.Builder, t Table) {
 			class = " (" + h.Class + ")"
 		}
 		fmt.Fprintf(tw, "  %s\tat %s, version %d%s: %s\n", label, stamp(h.At), h.Version, class, h.Reason)
-		if !h.Current {
+		switch {
+		case h.Current:
+		case t.Version > h.Version:
 			fmt.Fprintf(tw, "  \tthe table committed again since (version %d)\n", t.Version)
+		case h.Resumed != nil:
+			fmt.Fprintf(tw, "  \tan engine resumed the table at %s (no commit since)\n", stamp(*h.Resumed))
 		}
 	}
 	fmt.Fprintf(tw, "  version\t%d\n", t.Version)

@@ -112,8 +112,11 @@ type Halt struct {
 	At     time.Time `json:"at"`
 	// Version is the table version when the engine halted.
 	Version int64 `json:"version"`
-	// Current is false when a later commit shows the table ran again.
+	// Current is false when a later commit shows the table ran again, or
+	// an engine started applying it again (Resumed).
 	Current bool `json:"current"`
+	// Resumed is when an engine opened the table again after the halt.
+	Resumed *time.Time `json:"resumed,omitempty"`
 }
 
 // Commit describes the latest commit.
@@ -313,7 +316,12 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 	if ok && st.Halted {
 		// A commit after the halt means an engine applied to the table
 		// again; the state file is then history, not the current state.
-		h := &Halt{Class: st.Class, Reason: st.Reason, At: st.At.UTC(), Version: st.Version, Current: snap.Version <= st.Version}
+		// So does an engine that opened the table again since.
+		h := &Halt{Class: st.Class, Reason: st.Reason, At: st.At.UTC(), Version: st.Version, Current: snap.Version <= st.Version && st.ResumedAt == nil}
+		if st.ResumedAt != nil {
+			r := st.ResumedAt.UTC()
+			h.Resumed = &r
+		}
 		t.Halt = h
 		if h.Current {
 			t.State = "halted"

@@ -277,6 +277,31 @@ func TestStatusFacts(t *testing.T) {
 		t.Errorf("missing table: %+v; next: %s", m, rep.Tables[1].State)
 	}
 
+	// An engine that opened the table again after the halt, with nothing
+	// to commit yet (a quiet table), makes the halt history too.
+	custStore := storage.NewLocal(filepath.Join(root, "customers"))
+	st, ok, err := apply.ReadState(ctx, custStore)
+	if err != nil || !ok {
+		t.Fatalf("customers state: %v %v", ok, err)
+	}
+	resumed := statusT0.Add(-5 * time.Second)
+	st.ResumedAt = &resumed
+	if err := apply.WriteState(ctx, custStore, st); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = status.Gather(ctx, []status.Source{src("customers")}, status.Options{Now: func() time.Time { return statusT0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Tables[0]; c.State != "running" || c.Halt == nil || c.Halt.Current || c.Halt.Resumed == nil || !c.Halt.Resumed.Equal(resumed) ||
+		!strings.Contains(text.String(), "last halt") || !strings.Contains(text.String(), "an engine resumed the table at") {
+		t.Errorf("resumed without a commit: state %s halt %+v\n%s", c.State, c.Halt, text.String())
+	}
+
 	// A commit after the halt means the table ran again: the halt is
 	// history, the state is running.
 	statusApplyMore(t, filepath.Join(root, "customers"))
