@@ -982,6 +982,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		t.buf.decode += pre.took
 		e.predecodedUsed.Add(1)
 		e.projectedAhead.Add(1)
+		e.noteOldKey(t, pre.rc, &pre.ch, &pre.rec)
 		e.keepOrRelease(t, r, pre.rc, &pre.rec)
 		t.buf.changes = append(t.buf.changes, pre.rc)
 		return
@@ -1056,8 +1057,34 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		e.halt(t, "schema", err)
 		return
 	}
+	e.noteOldKey(t, rc, &ch, &rec)
 	e.keepOrRelease(t, r, rc, &rec)
 	t.buf.changes = append(t.buf.changes, rc)
+}
+
+// noteOldKey sets c.OldKey from rec's debezium.OldKeyHeader when c is the
+// create of a row whose primary key an update changed and leaves columns
+// unavailable (an unchanged TOASTed column under default replica
+// identity): planning fills them from the old key's row. A header that
+// cannot be read is logged and the change applied as before, those
+// columns unresolved (NULL, counted in the commit's unresolvedColumns).
+func (e *Engine) noteOldKey(t *tableRun, c *Change, ch *debezium.Change, rec *debezium.Record) {
+	if c.Delete || c.unavail == 1 || len(rec.Headers) == 0 {
+		return // nothing unavailable (bit 0 alone: noted, none), or no headers
+	}
+	for _, h := range rec.Headers {
+		if h.Key != debezium.OldKeyHeader {
+			continue
+		}
+		k, err := t.layout().headerKey(h.Value, ch.After.Type)
+		if err != nil {
+			e.log.Warn("primary-key change: cannot read the old key; its unavailable columns stay unresolved",
+				"table", t.cfg.Name, "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "header", debezium.OldKeyHeader, "err", err)
+			return
+		}
+		c.OldKey = k
+		return
+	}
 }
 
 // keepOrRelease keeps a routed change's record as its Raw when keepRaw

@@ -278,6 +278,28 @@ func (l *Layout) projectInto(ch *debezium.Change, out *Change, arena *byteArena)
 	return nil
 }
 
+// headerKey encodes a key carried in a record header (a JSON object of
+// the key columns, debezium.HeaderKey) as EncodeKey does, its columns
+// typed like rowType's.
+func (l *Layout) headerKey(b []byte, rowType *schema.Type) (string, error) {
+	if rowType == nil {
+		return "", fmt.Errorf("no row type to read the key with")
+	}
+	k, err := debezium.HeaderKey(b, rowType)
+	if err != nil {
+		return "", err
+	}
+	values := make([]schema.Value, len(l.Source))
+	for _, col := range l.Key {
+		v, ok := keyValue(k, l.Source[col].Name)
+		if !ok || v.IsNull() || v.IsUnavailable() {
+			return "", fmt.Errorf("key column %q has no value", l.Source[col].Name)
+		}
+		values[col] = v
+	}
+	return EncodeKey(values, l.Key), nil
+}
+
 func keyValue(k debezium.Key, name string) (schema.Value, bool) {
 	for i, n := range k.Names {
 		if n == name {

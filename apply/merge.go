@@ -183,6 +183,9 @@ func (p *Plan) replace(id fileID, old, add *delta.Add) {
 //     column the batch cannot fill, or a delete, whose tombstone keeps
 //     the last values); otherwise the index alone resolves the change.
 func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFiles, appliedMicros int64, mode MergeMode, fold bool) (*Plan, error) {
+	if err := ix.fillFromOldKeys(ctx, reduced, rf); err != nil {
+		return nil, err
+	}
 	p := newPlan()
 	byFile := map[fileID][]changedKey{}
 	var fresh []*Reduced
@@ -856,4 +859,124 @@ func (ix *KeyIndex) PlanTruncate(ctx context.Context, rf RowFiles, seq []byte, s
 	}
 	p.Counts.AppliedRecords = 1
 	return p, nil
+}
+
+// fillFromOldKeys fills the unavailable columns of the batch's changes
+// that moved a row to a new primary key (Change.OldKey) from the old
+// key's last version before the move: the old key's newest earlier
+// change in the batch that carries the column, else its row in the table
+// when that row is not newer than the move (a live row, or the tombstone
+// the move's delete left, which keeps the last values). Debezium sends
+// an update of the primary key as a delete of the old key and a create of
+// the new one, and under default replica identity the create carries a
+// TOASTed column the update left alone as unavailable; without this the
+// new key has no earlier version to take it from and it would be written
+// NULL. Moves are filled in source order, so a chain of moves in one
+// batch passes values along. A column no source has stays unavailable
+// (unresolved, as before). The keys whose changes were filled get their
+// winner's unavailable columns and fills worked out again.
+func (ix *KeyIndex) fillFromOldKeys(ctx context.Context, reduced []Reduced, rf RowFiles) error {
+	type move struct {
+		r *Reduced
+		c *Change
+	}
+	var moves []move
+	for i := range reduced {
+		for _, c := range reduced[i].Changes {
+			if c.OldKey != "" && !c.Delete && slices.ContainsFunc(c.Values, schema.Value.IsUnavailable) {
+				moves = append(moves, move{&reduced[i], c})
+			}
+		}
+	}
+	if len(moves) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(moves, func(a, b move) int {
+		if a.c.newer(b.c) {
+			return 1
+		}
+		if b.c.newer(a.c) {
+			return -1
+		}
+		return 0
+	})
+	byKey := make(map[string]*Reduced, len(reduced))
+	for i := range reduced {
+		byKey[reduced[i].Winner.Key] = &reduced[i]
+	}
+	for _, m := range moves {
+		var cols []int
+		for col, v := range m.c.Values {
+			if v.IsUnavailable() {
+				cols = append(cols, col)
+			}
+		}
+		if old := byKey[m.c.OldKey]; old != nil {
+			for k := len(old.Changes) - 1; k >= 0 && len(cols) > 0; k-- {
+				if oc := old.Changes[k]; !oc.Delete && bytes.Compare(oc.Seq, m.c.Seq) < 0 {
+					cols = takeAvailable(m.c.Values, oc.Values, cols)
+				}
+			}
+		}
+		if len(cols) > 0 {
+			stored, err := ix.storedOf(ctx, rf, m.c.OldKey, m.c.Seq, cols)
+			if err != nil {
+				return fmt.Errorf("plan batch: primary-key change from %s to %s: %w", ix.renderKey(m.c.OldKey), ix.renderKey(m.c.Key), err)
+			}
+			if stored != nil {
+				takeAvailable(m.c.Values, stored, cols)
+			}
+		}
+		m.c.unavail = noteUnavailable(m.c.Values)
+		m.r.reduceAgain()
+	}
+	return nil
+}
+
+// takeAvailable copies into dst each column of cols that src holds (not
+// unavailable) and returns the columns still wanted.
+func takeAvailable(dst, src []schema.Value, cols []int) []int {
+	rest := cols[:0]
+	for _, col := range cols {
+		if col < len(src) && !src[col].IsUnavailable() {
+			dst[col] = src[col]
+		} else {
+			rest = append(rest, col)
+		}
+	}
+	return rest
+}
+
+// storedOf returns the values, at least of cols, of key's row in the
+// table when it is not newer than seq; nil when the table has no such
+// row.
+func (ix *KeyIndex) storedOf(ctx context.Context, rf RowFiles, key string, seq []byte, cols []int) ([]schema.Value, error) {
+	at, ok := ix.find(key)
+	if !ok {
+		return nil, nil
+	}
+	e := ix.state(at)
+	if bytes.Compare(e.seq, seq) > 0 || e.file < 0 || int(e.file) >= len(ix.files) || ix.files[e.file] == nil {
+		return nil, nil
+	}
+	file := ix.files[e.file]
+	var rows []Row
+	var err error
+	if rd, ok := rf.(RowDeleter); ok {
+		rows, err = rd.ReadRowsAt(ctx, file, []int64{e.row}, [][]int{cols})
+	} else {
+		rows, err = rf.ReadRows(ctx, file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		if rows[i].Pos == e.row {
+			if EncodeKey(rows[i].Values, ix.layout.Key) != key {
+				return nil, fmt.Errorf("file %s lacks key %s at row %d where the index places it", file.Path, ix.renderKey(key), e.row)
+			}
+			return rows[i].Values, nil
+		}
+	}
+	return nil, fmt.Errorf("file %s has no live row %d where the index places key %s", file.Path, e.row, ix.renderKey(key))
 }

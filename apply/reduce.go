@@ -59,6 +59,12 @@ type Change struct {
 	// Values holds the table's source columns in table order. A value may
 	// be schema.Unavailable: "unchanged since the previous version".
 	Values []schema.Value
+	// OldKey is the key the row had before an update changed its primary
+	// key (Debezium's create event for the new key names it in
+	// debezium.OldKeyHeader), set only when the change leaves columns
+	// unavailable: an unchanged TOASTed column of the moved row, which
+	// planning fills from the old key's last version (fillFromOldKeys).
+	OldKey string
 	// Raw is the Kafka record the change came from, kept so that a change
 	// refused at planning time (late beyond the purge horizon) can still be
 	// quarantined as it arrived. nil in tests that build changes directly.
@@ -344,6 +350,16 @@ func sortGroups(groups []keyGroup, keys []string) []keyGroup {
 		i = j
 	}
 	return groups
+}
+
+// reduceAgain works out r's unavailable columns and fills again after
+// some of its changes' values were filled in (fillFromOldKeys).
+func (r *Reduced) reduceAgain() {
+	r.unavail = noteUnavailable(r.Winner.Values)
+	r.Fills = r.Fills[:0]
+	for _, col := range r.unavailableColumns() {
+		r.fill(col)
+	}
 }
 
 // fill notes, for column col that the winner left unavailable, the value

@@ -745,6 +745,32 @@ func (d *Decoder) jsonKey(rec *Record, env *envelope, key *Key) *Rejection {
 	return nil
 }
 
+// OldKeyHeader is the header Debezium puts on the create event of a row
+// whose primary key an update changed: the row's key before the update.
+// (The delete event of the old key carries the new one in
+// "__debezium.newkey".)
+const OldKeyHeader = "__debezium.oldkey"
+
+// HeaderKey decodes a key carried in a header, such as OldKeyHeader's:
+// Kafka Connect's default header converter writes the key struct as a
+// JSON object of its columns, whatever the record's own format. Each
+// column is typed like rowType's column of the same name.
+func HeaderKey(b []byte, rowType *schema.Type) (Key, error) {
+	var key Key
+	s := scanner{b: b}
+	if !s.expect('{') {
+		return Key{}, reject(Position{}, ReasonMalformedKey, s.err, "header key")
+	}
+	if rej := readKey(&s, rowType, Position{}, &key); rej != nil {
+		return Key{}, rej
+	}
+	s.end()
+	if s.err != nil {
+		return Key{}, reject(Position{}, ReasonMalformedKey, s.err, "header key")
+	}
+	return key, nil
+}
+
 func readKey(s *scanner, kt *schema.Type, pos Position, key *Key) *Rejection {
 	if kt == nil {
 		return reject(pos, ReasonNoTableSchema, nil, "no schema to type the key")
