@@ -180,7 +180,7 @@ func (p *batchPool) releaseChanges(changes []*Change) {
 	}
 	p.release(func(yield func([]byte) bool) {
 		for _, c := range changes {
-			if c.Raw != nil && !yield(sourceBytes(c.Raw)) {
+			if c.Raw() != nil && !yield(sourceBytes(c.Raw())) {
 				return
 			}
 		}

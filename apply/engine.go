@@ -1062,7 +1062,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	t.buf.changes = append(t.buf.changes, rc)
 }
 
-// noteOldKey sets c.OldKey from rec's debezium.OldKeyHeader when c is the
+// noteOldKey sets c's OldKey from rec's debezium.OldKeyHeader when c is the
 // create of a row whose primary key an update changed and leaves columns
 // unavailable (an unchanged TOASTed column under default replica
 // identity): planning fills them from the old key's row. A header that
@@ -1082,7 +1082,7 @@ func (e *Engine) noteOldKey(t *tableRun, c *Change, ch *debezium.Change, rec *de
 				"table", t.cfg.Name, "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "header", debezium.OldKeyHeader, "err", err)
 			return
 		}
-		c.OldKey = k
+		c.setOldKey(k)
 		return
 	}
 }
@@ -1093,8 +1093,9 @@ func (e *Engine) noteOldKey(t *tableRun, c *Change, ch *debezium.Change, rec *de
 // the pool while the batch is still being read.
 func (e *Engine) keepOrRelease(t *tableRun, r *kgo.Record, c *Change, rec *debezium.Record) {
 	if t.keepRaw(c) {
-		c.Raw = new(debezium.Record)
-		*c.Raw = *rec
+		raw := new(debezium.Record)
+		*raw = *rec
+		c.setRaw(raw)
 		e.rawKept.Add(1)
 		return
 	}
@@ -1282,7 +1283,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	}
 	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
 	for _, c := range late {
-		if c.Raw == nil {
+		if c.Raw() == nil {
 			// Routed while the horizon routing knew would have let it
 			// in, so its record was released (keepRaw): a purge raised
 			// the horizon since. Read the batch again, keeping records.
@@ -1297,8 +1298,9 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	t.rawAll = false
 	for _, c := range late {
 		tp := checkpoint.TopicPartition{Topic: c.Pos.Topic, Partition: c.Pos.Partition}
-		e.reject(t, t.buf.parts[tp], c.Raw, tombstone.ReasonLateBeyondHorizon,
-			fmt.Sprintf("%s: no row for the key and the change is older than the table's purge horizon", c.Raw.Topic+"/"+fmt.Sprint(c.Raw.Partition)+"@"+fmt.Sprint(c.Raw.Offset)))
+		raw := c.Raw()
+		e.reject(t, t.buf.parts[tp], raw, tombstone.ReasonLateBeyondHorizon,
+			fmt.Sprintf("%s: no row for the key and the change is older than the table's purge horizon", raw.Topic+"/"+fmt.Sprint(raw.Partition)+"@"+fmt.Sprint(raw.Offset)))
 	}
 	t.buf.changes = kept
 	refreshed := time.Since(refreshStart)

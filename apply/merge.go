@@ -882,8 +882,11 @@ func (ix *KeyIndex) fillFromOldKeys(ctx context.Context, reduced []Reduced, rf R
 	}
 	var moves []move
 	for i := range reduced {
+		if !reduced[i].moved {
+			continue // Reduce saw no OldKey among its changes
+		}
 		for _, c := range reduced[i].Changes {
-			if c.OldKey != "" && !c.Delete && slices.ContainsFunc(c.Values, schema.Value.IsUnavailable) {
+			if c.OldKey() != "" && !c.Delete && slices.ContainsFunc(c.Values, schema.Value.IsUnavailable) {
 				moves = append(moves, move{&reduced[i], c})
 			}
 		}
@@ -911,7 +914,7 @@ func (ix *KeyIndex) fillFromOldKeys(ctx context.Context, reduced []Reduced, rf R
 				cols = append(cols, col)
 			}
 		}
-		if old := byKey[m.c.OldKey]; old != nil {
+		if old := byKey[m.c.OldKey()]; old != nil {
 			for k := len(old.Changes) - 1; k >= 0 && len(cols) > 0; k-- {
 				if oc := old.Changes[k]; !oc.Delete && bytes.Compare(oc.Seq, m.c.Seq) < 0 {
 					cols = takeAvailable(m.c.Values, oc.Values, cols)
@@ -919,9 +922,9 @@ func (ix *KeyIndex) fillFromOldKeys(ctx context.Context, reduced []Reduced, rf R
 			}
 		}
 		if len(cols) > 0 {
-			stored, err := ix.storedOf(ctx, rf, m.c.OldKey, m.c.Seq, cols)
+			stored, err := ix.storedOf(ctx, rf, m.c.OldKey(), m.c.Seq, cols)
 			if err != nil {
-				return fmt.Errorf("plan batch: primary-key change from %s to %s: %w", ix.renderKey(m.c.OldKey), ix.renderKey(m.c.Key), err)
+				return fmt.Errorf("plan batch: primary-key change from %s to %s: %w", ix.renderKey(m.c.OldKey()), ix.renderKey(m.c.Key), err)
 			}
 			if stored != nil {
 				takeAvailable(m.c.Values, stored, cols)

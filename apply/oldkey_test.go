@@ -23,7 +23,7 @@ import (
 func moved(id, oldID int64, seq uint64, off int64) *Change {
 	c := refChange(id, seq, "c", "", off)
 	c.Values[1] = schema.Unavailable
-	c.OldKey = EncodeKey([]schema.Value{schema.Int(oldID)}, refLayout.Key)
+	c.setOldKey(EncodeKey([]schema.Value{schema.Int(oldID)}, refLayout.Key))
 	c.unavail = noteUnavailable(c.Values)
 	return c
 }

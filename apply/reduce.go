@@ -59,22 +59,62 @@ type Change struct {
 	// Values holds the table's source columns in table order. A value may
 	// be schema.Unavailable: "unchanged since the previous version".
 	Values []schema.Value
-	// OldKey is the key the row had before an update changed its primary
-	// key (Debezium's create event for the new key names it in
-	// debezium.OldKeyHeader), set only when the change leaves columns
-	// unavailable: an unchanged TOASTed column of the moved row, which
-	// planning fills from the old key's last version (fillFromOldKeys).
-	OldKey string
-	// Raw is the Kafka record the change came from, kept so that a change
-	// refused at planning time (late beyond the purge horizon) can still be
-	// quarantined as it arrived. nil in tests that build changes directly.
-	Raw *debezium.Record
+	// rare holds what few changes carry (nil for the rest, so that a
+	// Change stays 128 bytes, two cache lines, in the routed blocks): the
+	// Kafka record kept for quarantine and a moved row's old key.
+	rare *changeRare
 	// unavail notes the columns Values leaves unavailable, in
 	// Reduced.unavail's form, set by Project while the decoder's values
 	// are still in cache: Reduce then need not read a winner's values
 	// (in key order they are scattered over the batch, and reading them
 	// was Reduce's largest cost). Zero: not noted, Reduce scans.
 	unavail uint64
+}
+
+// changeRare is what few changes carry besides their values.
+type changeRare struct {
+	// raw is the Kafka record the change came from, kept so that a change
+	// refused at planning time (late beyond the purge horizon) can still
+	// be quarantined as it arrived (see keepRaw).
+	raw *debezium.Record
+	// oldKey is the key the row had before an update changed its primary
+	// key (Debezium's create event for the new key names it in
+	// debezium.OldKeyHeader), set only when the change leaves columns
+	// unavailable: an unchanged TOASTed column of the moved row, which
+	// planning fills from the old key's last version (fillFromOldKeys).
+	oldKey string
+}
+
+// Raw is the Kafka record kept with the change (nil: released when it
+// was routed, or a change built directly).
+func (c *Change) Raw() *debezium.Record {
+	if c.rare == nil {
+		return nil
+	}
+	return c.rare.raw
+}
+
+// OldKey is the key a moved row had before its primary key changed ("":
+// not a move, or nothing of it to fill).
+func (c *Change) OldKey() string {
+	if c.rare == nil {
+		return ""
+	}
+	return c.rare.oldKey
+}
+
+func (c *Change) setRaw(r *debezium.Record) {
+	if c.rare == nil {
+		c.rare = new(changeRare)
+	}
+	c.rare.raw = r
+}
+
+func (c *Change) setOldKey(k string) {
+	if c.rare == nil {
+		c.rare = new(changeRare)
+	}
+	c.rare.oldKey = k
 }
 
 // noteUnavailable returns values' unavailable columns in Reduced.unavail's
@@ -126,6 +166,9 @@ type Reduced struct {
 	// prefix is the key's keyPrefix (set by Reduce; merging the shards
 	// compares it before the keys).
 	prefix keyPrefix
+	// moved is set by Reduce when one of Changes moved a row from another
+	// key (Change.OldKey): planning looks at those keys' changes only.
+	moved bool
 }
 
 // maxNotedColumn is the last column Reduced.unavail can note.
@@ -220,7 +263,9 @@ func reduceShard(batch []*Change) []Reduced {
 	groups := make([]keyGroup, 0, len(batch))
 	keys := make([]string, 0, len(batch))
 	gid := make([]int32, len(batch))
+	moved := false
 	for i, c := range batch {
+		moved = moved || c.rare != nil && c.rare.oldKey != "" // rare sits by unavail
 		id, ok := ids[c.Key]
 		if !ok {
 			id = int32(len(groups))
@@ -278,6 +323,11 @@ func reduceShard(batch []*Change) []Reduced {
 			}
 		}
 		out = append(out, r)
+	}
+	if moved { // rare: a primary-key change with unavailable columns
+		for i := range out {
+			out[i].moved = slices.ContainsFunc(out[i].Changes, func(c *Change) bool { return c.OldKey() != "" })
+		}
 	}
 	return out
 }
