@@ -558,6 +558,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 		e.recordResume(ctx, t)
+		if t.applier.index != nil {
+			e.metrics.rowsHeld(t.cfg.Name, t.applier.index.Len(), t.applier.index.Tombstones())
+		}
 	}
 	defer func() {
 		for _, t := range e.tables {

@@ -43,6 +43,9 @@ type KeyIndex struct {
 	// that changed length moved its record to the end, a chunk's tail a
 	// record did not fit in).
 	garbage int
+	// tombstones counts the entries whose row is deleted (kept by insert
+	// and set, the only writers of an entry's flag).
+	tombstones int
 
 	files  []*delta.Add // by fileID; nil once a file is gone
 	byPath map[string]fileID
@@ -153,6 +156,9 @@ func (ix *KeyIndex) addFile(a *delta.Add) fileID {
 
 // Len returns the number of keys, tombstones included.
 func (ix *KeyIndex) Len() int { return ix.entries.n }
+
+// Tombstones is the number of keys whose row is a tombstone (soft-deleted).
+func (ix *KeyIndex) Tombstones() int { return ix.tombstones }
 
 // reserve sizes the slot table for n keys without regrowing.
 func (ix *KeyIndex) reserve(n int) {
@@ -434,6 +440,9 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 		return fmt.Errorf("key %s: %w", ix.renderKey(key), err)
 	}
 	ix.entries.append(e)
+	if deleted {
+		ix.tombstones++
+	}
 	if ix.entries.n > len(ix.slots)*3/4 {
 		ix.rehash(len(ix.slots) * 2)
 		return nil
@@ -467,6 +476,13 @@ func (ix *KeyIndex) set(i int, seq []byte, deleted bool, file fileID, pos int64)
 	e, err := packEntry(off, deleted, file, pos)
 	if err != nil {
 		return fmt.Errorf("key %s: %w", ix.renderKey(string(key)), err)
+	}
+	if was := ix.entries.at(i).off&deletedBit != 0; was != deleted {
+		if deleted {
+			ix.tombstones++
+		} else {
+			ix.tombstones--
+		}
 	}
 	*ix.entries.at(i) = e
 	if ix.garbage > 1<<20 && ix.garbage > ix.arena.size()/2 {

@@ -2,11 +2,15 @@ package apply
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
 // TestKeyIndexGrowsPastOneMillion inserts keys one by one past the sizes
@@ -245,5 +249,60 @@ func TestLookupAllMatchesFind(t *testing.T) {
 		if n > 100 && (found == 0 || found == n) {
 			t.Fatalf("batch of %d: %d held: want both held and absent keys", n, found)
 		}
+	}
+}
+
+// TestKeyIndexCountsTombstones: after every batch of a stream of creates,
+// updates, deletes and revivals (both merge modes, with folding), the
+// index's tombstone count and each commit's Keys and Tombstones equal what
+// the table holds, and an index built afresh from the table counts the
+// same.
+func TestKeyIndexCountsTombstones(t *testing.T) {
+	for _, mode := range []MergeMode{CopyOnWrite, MergeOnRead} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			store := storage.NewLocal(t.TempDir())
+			newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+			a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+			if err := a.SetMergeMode(mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.SetLayout(refLayout); err != nil {
+				t.Fatal(err)
+			}
+			stream, _ := crashStream(300, 7)
+			sawTombstones := false
+			for from := 0; from < len(stream); from += 25 {
+				to := min(from+25, len(stream))
+				res, err := a.Apply(ctx, &Batch{Changes: stream[from:to], Read: to - from, Ranges: rng(int64(from), int64(to))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows, _ := tableState(t, store)
+				tombs := 0
+				for _, r := range rows {
+					if strings.HasSuffix(r, " true") {
+						tombs++
+					}
+				}
+				sawTombstones = sawTombstones || tombs > 0
+				if res.Keys != len(rows) || res.Tombstones != tombs || a.index.Tombstones() != tombs {
+					t.Fatalf("after offset %d: commit says %d keys, %d tombstones; index %d; the table holds %d rows, %d tombstones", to, res.Keys, res.Tombstones, a.index.Tombstones(), len(rows), tombs)
+				}
+				b := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+				if err := b.Open(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if b.index.Tombstones() != tombs || b.index.Len() != len(rows) {
+					t.Fatalf("after offset %d: a rebuilt index counts %d keys, %d tombstones; the table holds %d, %d", to, b.index.Len(), b.index.Tombstones(), len(rows), tombs)
+				}
+			}
+			if !sawTombstones {
+				t.Fatal("the stream left no tombstone at any point: the test checked nothing")
+			}
+		})
 	}
 }

@@ -37,6 +37,7 @@ type Metrics struct {
 	lag           *prometheus.GaugeVec
 	sourceTime    *prometheus.GaugeVec
 	purgeHorizon  *prometheus.GaugeVec
+	tableRows     *prometheus.GaugeVec
 	freshness     *prometheus.Desc
 
 	kafka *kprom.Metrics
@@ -98,6 +99,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Source commit time (Unix seconds) up to which the table is complete: the newest committed change, or a heartbeat read while the table had no lag."}, table),
 		purgeHorizon: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_purge_horizon_seconds",
 			Help: "The table's tombstone purge horizon (Unix seconds of source time); absent before the first purge."}, table),
+		tableRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_rows",
+			Help: "Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start."},
+			[]string{"table", "state"}),
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
 		kafka:     kprom.NewMetrics("cdcapply_kafka", kprom.Registerer(reg)),
@@ -107,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		freshAsOf: map[string]time.Time{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed,
-		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, freshnessCollector{m})
+		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, freshnessCollector{m})
 	return m
 }
 
@@ -138,6 +142,15 @@ func (m *Metrics) tableStarted(table string) {
 		return
 	}
 	m.running.WithLabelValues(table).Set(1)
+}
+
+// rowsHeld sets the table's live and tombstoned row counts.
+func (m *Metrics) rowsHeld(table string, keys, tombstones int) {
+	if m == nil {
+		return
+	}
+	m.tableRows.WithLabelValues(table, "live").Set(float64(keys - tombstones))
+	m.tableRows.WithLabelValues(table, "tombstone").Set(float64(tombstones))
 }
 
 // tableHalted flips the table's state to halted with the reason class.
@@ -264,6 +277,7 @@ func (m *Metrics) committed(d batchDone) {
 	if d.horizon != nil {
 		m.purgeHorizon.WithLabelValues(t).Set(float64(d.horizon.SourceTsMicros) / 1e6)
 	}
+	m.rowsHeld(t, d.res.Keys, d.res.Tombstones)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

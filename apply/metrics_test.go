@@ -97,6 +97,9 @@ tables:
 	orders.change(1, 20, "u", "a2") // update
 	orders.change(2, 25, "d", "")   // delete
 	waitRecorded(t, m, table, "orders", orders.ends)
+	if live, tomb := testutil.ToFloat64(m.tableRows.WithLabelValues("orders", "live")), testutil.ToFloat64(m.tableRows.WithLabelValues("orders", "tombstone")); live != 2 || tomb != 1 {
+		t.Errorf("orders rows after the delete: %v live, %v tombstones; want 2 and 1", live, tomb)
+	}
 	orders.change(1, 12, "u", "old") // stale
 	orders.change(3, 5, "u", "old")  // stale
 	k, v := dbzOrders(9, 40, "c", "x")
@@ -180,10 +183,16 @@ cdcapply_table_running{table="orders"} 1
 # HELP cdcapply_table_halted 1 when the table halted, with the class of the reason (schema, truncate, offset_gap, open).
 # TYPE cdcapply_table_halted gauge
 cdcapply_table_halted{reason="schema",table="items"} 1
+# HELP cdcapply_table_rows Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start.
+# TYPE cdcapply_table_rows gauge
+cdcapply_table_rows{state="live",table="items"} 1
+cdcapply_table_rows{state="live",table="orders"} 4
+cdcapply_table_rows{state="tombstone",table="items"} 0
+cdcapply_table_rows{state="tombstone",table="orders"} 0
 `
 	names := []string{"cdcapply_records_total", "cdcapply_rows_written_total", "cdcapply_schema_changes_total",
 		"cdcapply_partition_lag_records", "cdcapply_table_source_time_seconds", "cdcapply_table_freshness_seconds",
-		"cdcapply_table_running", "cdcapply_table_halted", "cdcapply_commits_fenced_total", "cdcapply_commits_failed_total"}
+		"cdcapply_table_running", "cdcapply_table_halted", "cdcapply_commits_fenced_total", "cdcapply_commits_failed_total", "cdcapply_table_rows"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -39,6 +39,9 @@ type Result struct {
 	// Durations times the stages for metrics: Plan is reduce, plan and
 	// the data files written; Commit is the Delta log commit.
 	Durations struct{ Plan, Commit time.Duration }
+	// Keys and Tombstones are the rows the table holds after the commit
+	// (every key's row, and those soft-deleted), from the key index.
+	Keys, Tombstones int
 }
 
 // TableApplier applies batches to one Delta table. It is not safe for
@@ -394,7 +397,7 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 			return nil, fmt.Errorf("apply to table %s: committed version %d, then %w; reopening: %w", a.name, committed.Version, err, oerr)
 		}
 	}
-	res := &Result{Version: committed.Version, Counts: plan.Counts}
+	res := &Result{Version: committed.Version, Counts: plan.Counts, Keys: a.index.Len(), Tombstones: a.index.Tombstones()}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
 	res.Durations.Commit = took
 	return res, nil
