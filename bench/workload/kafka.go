@@ -21,12 +21,47 @@ func CreateTopics(ctx context.Context, cl *kgo.Client, g *Generator, replication
 		want[g.HeartbeatTopic()] = 1
 	}
 	for topic, parts := range want {
-		_, err := adm.CreateTopic(ctx, parts, replicationFactor, nil, topic)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", topic, err)
+		if err := createTopic(ctx, adm, parts, replicationFactor, topic); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// topicCreateWait bounds how long createTopic waits for the cluster to
+// have brokers that can take a topic.
+const topicCreateWait = time.Minute
+
+// createTopic creates one topic, waiting while the cluster cannot place
+// it yet: a KRaft broker that just (re)started (another test restarts the
+// shared broker), or was fenced for a late heartbeat on a loaded machine,
+// is not yet available to the controller, which then refuses with
+// INVALID_REPLICATION_FACTOR or BROKER_NOT_AVAILABLE. A replication
+// factor above the brokers the cluster lists fails at once (none listed:
+// they are still registering, so it waits). An existing topic is left as
+// it is.
+func createTopic(ctx context.Context, adm *kadm.Client, parts int32, replicationFactor int16, topic string) error {
+	deadline := time.Now().Add(topicCreateWait)
+	for attempt := 1; ; attempt++ {
+		_, err := adm.CreateTopic(ctx, parts, replicationFactor, nil, topic)
+		switch {
+		case err == nil || errors.Is(err, kerr.TopicAlreadyExists):
+			return nil
+		case !errors.Is(err, kerr.InvalidReplicationFactor) && !errors.Is(err, kerr.BrokerNotAvailable) && !errors.Is(err, kerr.NotController):
+			return fmt.Errorf("create topic %s: %w", topic, err)
+		}
+		if brokers, lerr := adm.ListBrokers(ctx); lerr == nil && len(brokers) > 0 && int(replicationFactor) > len(brokers) {
+			return fmt.Errorf("create topic %s: replication factor %d, but the cluster lists %d brokers: %w", topic, replicationFactor, len(brokers), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("create topic %s: %d attempts over %s, the cluster still cannot place it: %w", topic, attempt, topicCreateWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %s: %w (last refusal: %v)", topic, ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // ProduceStats measures a Produce run.

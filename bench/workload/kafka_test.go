@@ -3,14 +3,19 @@ package workload
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcapply/cdcapply/debezium"
 )
@@ -165,5 +170,63 @@ func TestProduceAtPacesAndStampsTime(t *testing.T) {
 	}
 	if spread = last - first; spread < 100 {
 		t.Fatalf("commit times span %d ms over a paced %v run", spread, end.Sub(start))
+	}
+}
+
+// TestCreateTopicWaitsForBrokers: a controller that refuses a topic
+// because no broker can take it yet (a KRaft broker restarting or fenced:
+// INVALID_REPLICATION_FACTOR) is asked again until it accepts; a
+// replication factor above the brokers the cluster lists fails at once,
+// naming the topic and the counts.
+func TestCreateTopicWaitsForBrokers(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	var refusals atomic.Int32 // the cluster's goroutine runs the control
+	refusals.Store(2)
+	cluster.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if refusals.Load() == 0 {
+			return nil, nil, false
+		}
+		refusals.Add(-1)
+		r := req.(*kmsg.CreateTopicsRequest)
+		resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic = rt.Topic
+			st.ErrorCode = kerr.InvalidReplicationFactor.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	if err := createTopic(ctx, adm, 3, 1, "waits"); err != nil {
+		t.Fatalf("after two refusals: %v", err)
+	}
+	if n := refusals.Load(); n != 0 {
+		t.Fatalf("%d refusals left: createTopic did not ask again", n)
+	}
+	if tds, err := adm.ListTopics(ctx, "waits"); err != nil || !tds.Has("waits") || len(tds["waits"].Partitions) != 3 {
+		t.Fatalf("topic after the refusals: %v %v", tds, err)
+	}
+
+	refusals.Store(1000)
+	start := time.Now()
+	err = createTopic(ctx, adm, 1, 3, "too-many-replicas")
+	if err == nil || !errors.Is(err, kerr.InvalidReplicationFactor) || !strings.Contains(err.Error(), "replication factor 3, but the cluster lists 1 brokers") {
+		t.Fatalf("replication factor above the brokers: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("took %s to refuse a replication factor the cluster cannot have", time.Since(start))
 	}
 }
