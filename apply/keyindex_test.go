@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
@@ -262,17 +261,7 @@ func TestKeyIndexCountsTombstones(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
 			store := storage.NewLocal(t.TempDir())
-			newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
-			a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
-			if err := a.SetMergeMode(mode); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.Open(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.SetLayout(refLayout); err != nil {
-				t.Fatal(err)
-			}
+			a := refApplier(t, store, mode)
 			stream, _ := crashStream(300, 7)
 			sawTombstones := false
 			for from := 0; from < len(stream); from += 25 {
@@ -292,10 +281,7 @@ func TestKeyIndexCountsTombstones(t *testing.T) {
 				if res.Keys != len(rows) || res.Tombstones != tombs || a.index.Tombstones() != tombs {
 					t.Fatalf("after offset %d: commit says %d keys, %d tombstones; index %d; the table holds %d rows, %d tombstones", to, res.Keys, res.Tombstones, a.index.Tombstones(), len(rows), tombs)
 				}
-				b := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
-				if err := b.Open(ctx); err != nil {
-					t.Fatal(err)
-				}
+				b := refApplier(t, store, mode)
 				if b.index.Tombstones() != tombs || b.index.Len() != len(rows) {
 					t.Fatalf("after offset %d: a rebuilt index counts %d keys, %d tombstones; the table holds %d, %d", to, b.index.Len(), b.index.Tombstones(), len(rows), tombs)
 				}

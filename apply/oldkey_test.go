@@ -17,6 +17,25 @@ import (
 	"github.com/cdcapply/cdcapply/schema"
 )
 
+// refApplier opens a Parquet table of refLayout in store, in mode.
+func refApplier(t *testing.T, store storage.Storage, mode MergeMode) *TableApplier {
+	t.Helper()
+	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, func() time.Time { return time.UnixMilli(1_800_000_000_000) })
+	if err := a.SetMergeMode(mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a.Layout() == nil {
+		if err := a.SetLayout(refLayout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
 // moved is the create Debezium sends for a row whose primary key an update
 // changed from oldID to id, under default replica identity: the TOASTed
 // status the update left alone is unavailable, and the old key is named.
@@ -100,17 +119,7 @@ func TestPrimaryKeyChangeKeepsUnchangedColumns(t *testing.T) {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
 				ctx := context.Background()
 				store := storage.NewLocal(t.TempDir())
-				rfs := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
-				a := NewTableApplier("orders", "p", delta.Open(store), rfs, []string{"id"}, func() time.Time { return time.UnixMilli(1_800_000_000_000) })
-				if err := a.Open(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := a.SetLayout(refLayout); err != nil {
-					t.Fatal(err)
-				}
-				if err := a.SetMergeMode(mode); err != nil {
-					t.Fatal(err)
-				}
+				a := refApplier(t, store, mode)
 				off := int64(0)
 				for i, changes := range tc.batches {
 					n := int64(len(changes))
