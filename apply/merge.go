@@ -703,9 +703,9 @@ func (ix *KeyIndex) planDeletes(id fileID, changed []changedKey, stored map[int6
 		e := c.e
 		st := &StoredRow{Seq: e.seq, Deleted: e.deleted}
 		if c.stored {
-			fr, ok := stored[e.row]
-			if !ok || EncodeKey(fr.Values, ix.layout.Key) != r.Winner.Key {
-				return fmt.Errorf("plan batch: file %s lacks key %s at row %d where the index places it", old.Path, ix.renderKey(r.Winner.Key), e.row)
+			fr := stored[e.row]
+			if err := ix.checkStoredKey(old, e.row, fr, r.Winner.Key); err != nil {
+				return fmt.Errorf("plan batch: %w", err)
 			}
 			// The index's sequence and flag are the row's (the reader
 			// leaves them unset when it reads only some columns).
@@ -973,13 +973,24 @@ func (ix *KeyIndex) storedOf(ctx context.Context, rf RowFiles, key string, seq [
 	if err != nil {
 		return nil, err
 	}
+	var fr *Row
 	for i := range rows {
 		if rows[i].Pos == e.row {
-			if EncodeKey(rows[i].Values, ix.layout.Key) != key {
-				return nil, fmt.Errorf("file %s lacks key %s at row %d where the index places it", file.Path, ix.renderKey(key), e.row)
-			}
-			return rows[i].Values, nil
+			fr = &rows[i]
 		}
 	}
-	return nil, fmt.Errorf("file %s has no live row %d where the index places key %s", file.Path, e.row, ix.renderKey(key))
+	if err := ix.checkStoredKey(file, e.row, fr, key); err != nil {
+		return nil, err
+	}
+	return fr.Values, nil
+}
+
+// checkStoredKey checks that fr, the row read at row of file (nil: none
+// read), holds key, as the index says: anything else means the table
+// changed under the index or is corrupt.
+func (ix *KeyIndex) checkStoredKey(file *delta.Add, row int64, fr *Row, key string) error {
+	if fr == nil || EncodeKey(fr.Values, ix.layout.Key) != key {
+		return fmt.Errorf("file %s lacks key %s at row %d where the index places it", file.Path, ix.renderKey(key), row)
+	}
+	return nil
 }
