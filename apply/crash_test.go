@@ -17,11 +17,16 @@ import (
 // crashStream is a Kafka partition's worth of orders changes with
 // increasing sequences, and its oracle.
 func crashStream(n int, seed uint64) ([]*Change, ordersOracle) {
+	return keyedStream(n, 12, seed)
+}
+
+// keyedStream is crashStream over ids 0..keys-1.
+func keyedStream(n, keys int, seed uint64) ([]*Change, ordersOracle) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	oracle := ordersOracle{}
 	var out []*Change
 	for i := 0; i < n; i++ {
-		id := rng.IntN(12)
+		id := rng.IntN(keys)
 		op := []string{"c", "u", "u", "d"}[rng.IntN(4)]
 		status := fmt.Sprintf("s%d", i+1)
 		c := refChange(int64(id), uint64(i+1), op, status, int64(i))

@@ -1279,10 +1279,14 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 		return true
 	}
 	refreshStart := time.Now()
-	if err := t.applier.Refresh(ctx); err != nil {
+	caught, err := t.applier.Refresh(ctx)
+	if err != nil {
 		e.log.Error("refresh failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 		e.resync(ctx, t)
 		return false
+	}
+	if caught != nil {
+		e.logRefreshed(t, caught)
 	}
 	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
 	for _, c := range late {
@@ -1425,6 +1429,24 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 // partitions back to the table's positions: the one recovery for fencing,
 // failed commits and outcome-unknown commits alike, since the table's txn
 // actions say exactly what is applied.
+// logRefreshed says how a table caught up with other writers' commits
+// (a purge, an optimize, a restore): what the key index read and dropped,
+// or why it was built again.
+func (e *Engine) logRefreshed(t *tableRun, r *Refreshed) {
+	attrs := []any{"table", t.cfg.Name, "from_version", r.From, "to_version", r.To, "took", r.Took.Round(time.Millisecond)}
+	if r.Rebuilt {
+		keys := 0
+		if ix := t.applier.index; ix != nil {
+			keys = ix.Len()
+		}
+		e.log.Info("other writers committed; key index built again from every file", append(attrs, "reason", r.Reason, "keys", keys)...)
+		return
+	}
+	e.log.Info("other writers committed; key index caught up", append(attrs,
+		"files_removed", r.CatchUp.FilesRemoved, "files_added", r.CatchUp.FilesAdded,
+		"rows_read", r.CatchUp.RowsRead, "keys_added", r.CatchUp.KeysAdded, "keys_dropped", r.CatchUp.KeysDropped)...)
+}
+
 func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	t.buf.reset()
 	t.resynced = true // also on a halt below: the poll's rest is not applied

@@ -818,7 +818,7 @@ func TestRoutingReleasesRecords(t *testing.T) {
 	if _, err := tombstone.Purge(ctx, delta.Open(storage.NewLocal(table)), tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Logger: quietLogger()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.applier.Refresh(ctx); err != nil { // as the next flush would
+	if _, err := tr.applier.Refresh(ctx); err != nil { // as the next flush would
 		t.Fatal(err)
 	}
 	// Key 0 is purged; a late change for it (2023 source time) keeps its

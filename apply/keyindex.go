@@ -98,36 +98,42 @@ func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowF
 		rows += numRecords(add)
 	}
 	ix.reserve(int(rows))
-	kr, projected := rf.(KeyReader)
 	for _, add := range files {
 		id := ix.addFile(add)
-		put := func(key string, seq []byte, deleted bool, pos int64) error {
+		err := readFileKeys(ctx, l, rf, add, func(key string, seq []byte, deleted bool, pos int64) error {
 			if _, dup := ix.find(key); dup {
-				return fmt.Errorf("build key index: key %s is in more than one row (file %s)", ix.renderKey(key), add.Path)
+				return fmt.Errorf("key %s is in more than one row (file %s)", ix.renderKey(key), add.Path)
 			}
 			return ix.insert(key, seq, deleted, id, pos)
-		}
-		if projected {
-			if err := kr.ReadKeys(ctx, add, put); err != nil {
-				return nil, fmt.Errorf("build key index: %w", err)
-			}
-			continue
-		}
-		rs, err := rf.ReadRows(ctx, add)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("build key index: %w", err)
 		}
-		for i, r := range rs {
-			pos := int64(i)
-			if add.DeletionVector != nil {
-				pos = r.Pos
-			}
-			if err := put(EncodeKey(r.Values, l.Key), r.Seq, r.Deleted, pos); err != nil {
-				return nil, err
-			}
-		}
 	}
 	return ix, nil
+}
+
+// readFileKeys calls put for every live row of a file with what the key
+// index keeps of it: only the key, sequence and deleted columns when rf
+// is a KeyReader, else whole rows.
+func readFileKeys(ctx context.Context, l *Layout, rf RowFiles, add *delta.Add, put func(key string, seq []byte, deleted bool, pos int64) error) error {
+	if kr, projected := rf.(KeyReader); projected {
+		return kr.ReadKeys(ctx, add, put)
+	}
+	rs, err := rf.ReadRows(ctx, add)
+	if err != nil {
+		return err
+	}
+	for i, r := range rs {
+		pos := int64(i)
+		if add.DeletionVector != nil {
+			pos = r.Pos
+		}
+		if err := put(EncodeKey(r.Values, l.Key), r.Seq, r.Deleted, pos); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // numRecords is a file's row count from its statistics, 0 when unknown.
@@ -226,6 +232,18 @@ func (t *entryTable) append(e indexEntry) {
 	}
 	*ch = append(*ch, e)
 	t.n++
+}
+
+// pop drops the last entry; a chunk it leaves empty is released (the
+// first is kept).
+func (t *entryTable) pop() {
+	t.n--
+	k := t.n >> entryChunkShift
+	t.chunks[k] = t.chunks[k][:len(t.chunks[k])-1]
+	if k > 0 && len(t.chunks[k]) == 0 {
+		t.chunks[k] = nil
+		t.chunks = t.chunks[:k]
+	}
 }
 
 // reserve makes room for n entries in all.
@@ -512,6 +530,57 @@ func (ix *KeyIndex) compact() error {
 		e.off = off | e.off&deletedBit
 	}
 	ix.arena, ix.garbage = arena, garbage
+	return nil
+}
+
+// slotOf returns the position in slots of entry i, whose key is key.
+func (ix *KeyIndex) slotOf(i int, key []byte) uint64 {
+	mask := uint64(len(ix.slots) - 1)
+	h := maphash.Bytes(ix.seed, key) & mask
+	for ix.slots[h]&0xffffffff != uint64(i+1) {
+		h = (h + 1) & mask
+	}
+	return h
+}
+
+// remove drops entry i, for a key the table no longer holds (a purge).
+// Its slot is emptied and the slots after it in the same probe run move
+// back where their key may sit (linear probing's deletion by backward
+// shift: find stops at the first empty slot, so no run may have a hole
+// before a key that belongs after it); the last entry takes index i, and
+// the key's arena record becomes garbage.
+func (ix *KeyIndex) remove(i int) error {
+	key, seq := ix.record(i)
+	ix.garbage += recordLen(len(key), len(seq))
+	if ix.entries.at(i).off&deletedBit != 0 {
+		ix.tombstones--
+	}
+	mask := uint64(len(ix.slots) - 1)
+	hole := ix.slotOf(i, key)
+	for j := (hole + 1) & mask; ix.slots[j] != 0; j = (j + 1) & mask {
+		s := ix.slots[j]
+		home := maphash.Bytes(ix.seed, ix.keyBytes(int(s&0xffffffff)-1)) & mask
+		// s may fill the hole unless its home lies cyclically in (hole, j]:
+		// then the hole is before where find starts looking for it.
+		inRun := home > hole && home <= j
+		if j < hole { // the run wrapped around the table's end
+			inRun = home > hole || home <= j
+		}
+		if !inRun {
+			ix.slots[hole] = s
+			hole = j
+		}
+	}
+	ix.slots[hole] = 0
+	if last := ix.entries.n - 1; i != last {
+		h := ix.slotOf(last, ix.keyBytes(last))
+		ix.slots[h] = ix.slots[h]&^0xffffffff | uint64(i+1)
+		*ix.entries.at(i) = *ix.entries.at(last)
+	}
+	ix.entries.pop()
+	if ix.garbage > 1<<20 && ix.garbage > ix.arena.size()/2 {
+		return ix.compact()
+	}
 	return nil
 }
 

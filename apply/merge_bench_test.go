@@ -145,46 +145,55 @@ func BenchmarkKeyIndexBuildPeak(b *testing.B) {
 	ctx := context.Background()
 	snap := genSnapshot(b, files)
 	rf := genRowFiles{perFile: perFile}
-	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	var peakMiB, liveMiB float64
 	for b.Loop() {
-		runtime.GC()
-		metrics.Read(heap)
-		base := heap[0].Value.Uint64()
-		var peak atomic.Uint64
-		done, sampled := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(sampled)
-			s := []metrics.Sample{{Name: heap[0].Name}}
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				metrics.Read(s)
-				if v := s[0].Value.Uint64(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}()
-		ix, err := BuildKeyIndex(ctx, refLayout, snap, rf)
-		close(done)
-		<-sampled
+		var ix *KeyIndex
+		var err error
+		peak, live := heapPeak(func() { ix, err = BuildKeyIndex(ctx, refLayout, snap, rf) })
 		if err != nil {
 			b.Fatal(err)
 		}
 		if ix.Len() != files*perFile {
 			b.Fatalf("index holds %d keys, want %d", ix.Len(), files*perFile)
 		}
-		runtime.GC()
-		metrics.Read(heap)
-		peakMiB = float64(peak.Load()-min(base, peak.Load())) / (1 << 20)
-		liveMiB = float64(heap[0].Value.Uint64()-base) / (1 << 20)
+		peakMiB, liveMiB = float64(peak)/(1<<20), float64(live)/(1<<20)
 		runtime.KeepAlive(ix)
 	}
 	b.ReportMetric(peakMiB, "peak-MiB")
 	b.ReportMetric(liveMiB, "live-MiB")
+}
+
+// heapPeak runs fn and returns the heap's peak while it ran (sampled every
+// 2 ms) and what the heap held after it and a collection, both over what
+// the heap held before.
+func heapPeak(fn func()) (peak, live uint64) {
+	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	runtime.GC()
+	metrics.Read(heap)
+	base := heap[0].Value.Uint64()
+	var top atomic.Uint64
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := []metrics.Sample{{Name: heap[0].Name}}
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > top.Load() {
+				top.Store(v)
+			}
+		}
+	}()
+	fn()
+	close(done)
+	<-sampled
+	runtime.GC()
+	metrics.Read(heap)
+	return top.Load() - min(base, top.Load()), heap[0].Value.Uint64() - min(base, heap[0].Value.Uint64())
 }
 
 // cpuTime is the process's user plus system CPU time: on a machine shared
@@ -682,5 +691,102 @@ func BenchmarkKeyIndexApply(b *testing.B) {
 			}
 			b.ReportMetric(float64(pending.Nanoseconds())/float64(b.N*batch), "ns/entry")
 		})
+	}
+}
+
+// BenchmarkRefreshAfterPurge is a stream's table after another writer's
+// purge-shaped commit: one 100k-row file of a 1M-row table (the scale
+// table, ten files; CDCAPPLY_BENCH_REFRESH_ROWS overrides the size)
+// rewritten without 1,000 of its rows. "catch-up" is Refresh (the key
+// index reads the one new file and drops the 1,000 keys); "rebuild" is
+// what Refresh did before the catch-up existed, the table reopened and
+// its index built again from every file. Each reports the wall and CPU
+// time, the bytes allocated, and the heap's peak over the heap before
+// (which holds the applier's index).
+//
+//	go test ./apply -run XXX -bench RefreshAfterPurge -benchtime 3x -count 6
+func BenchmarkRefreshAfterPurge(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("CDCAPPLY_BENCH_REFRESH_ROWS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2*scalePerFile {
+			b.Fatalf("CDCAPPLY_BENCH_REFRESH_ROWS=%q: want a row count of at least %d", v, 2*scalePerFile)
+		}
+	}
+	const purged = 1_000
+	ctx := context.Background()
+	src := scaleTable(b, n, 0)
+	for _, how := range []string{"catch-up", "rebuild"} {
+		b.Run(how, func(b *testing.B) {
+			var cpu time.Duration
+			var allocated, peak uint64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				store := storage.NewLocal(cloneTable(b, src))
+				newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
+				a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
+				if err := a.Open(ctx); err != nil {
+					b.Fatal(err)
+				}
+				purgeShaped(b, store, a.Snapshot(), purged)
+				var ms0, ms1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms0)
+				b.StartTimer()
+				cpu0 := cpuTime()
+				var err error
+				p, _ := heapPeak(func() {
+					if how == "catch-up" {
+						var r *Refreshed
+						if r, err = a.Refresh(ctx); err == nil && (r == nil || r.Rebuilt) {
+							err = fmt.Errorf("refresh %+v: not a catch-up", r)
+						}
+						return
+					}
+					err = a.reopenKeeping(ctx)
+				})
+				cpu += cpuTime() - cpu0
+				b.StopTimer()
+				runtime.ReadMemStats(&ms1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if a.index.Len() != n-purged {
+					b.Fatalf("index holds %d keys after the purge, want %d", a.index.Len(), n-purged)
+				}
+				allocated += ms1.TotalAlloc - ms0.TotalAlloc
+				peak = max(peak, p)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(allocated)/float64(b.N)/(1<<20), "alloc-MiB/op")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+		})
+	}
+}
+
+// purgeShaped commits, as another writer, the first file of snap
+// rewritten without its first n rows.
+func purgeShaped(b *testing.B, store storage.Storage, snap *delta.Snapshot, n int) {
+	b.Helper()
+	ctx := context.Background()
+	rf, err := NewParquetRowFiles(store, scaleLayout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	old := snap.Files()[0]
+	rows, err := rf.ReadRows(ctx, old)
+	if err != nil {
+		b.Fatal(err)
+	}
+	add, err := rf.WriteRows(ctx, rows[n:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx := delta.Open(store).Begin(snap)
+	tx.RemoveFile(old, true)
+	tx.Add(add)
+	if _, err := tx.Commit(ctx, "DELETE", nil); err != nil {
+		b.Fatal(err)
 	}
 }

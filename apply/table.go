@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"time"
@@ -63,6 +64,10 @@ type TableApplier struct {
 	// evolved is set when the layout gained columns the table's schema
 	// lacks; the next commit carries the new schema.
 	evolved bool
+	// broken is set when a refresh failed to reopen the table: the key
+	// index may describe no version of it, so batches are refused until
+	// Open succeeds.
+	broken error
 
 	// positions caches Positions for posSnap: the engine asks for every
 	// record it routes, and parsing every txn per record would be work
@@ -107,7 +112,7 @@ func (a *TableApplier) SetMergeMode(m MergeMode) error {
 func (a *TableApplier) Open(ctx context.Context) error {
 	snap, err := a.table.Snapshot(ctx)
 	if errors.Is(err, delta.ErrNoTable) {
-		a.snap, a.layout, a.index, a.rf = nil, nil, nil, nil
+		a.snap, a.layout, a.index, a.rf, a.broken = nil, nil, nil, nil, nil
 		return nil
 	}
 	if err != nil {
@@ -129,7 +134,7 @@ func (a *TableApplier) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
-	a.snap, a.layout, a.index, a.rf, a.evolved = snap, layout, ix, rf, false
+	a.snap, a.layout, a.index, a.rf, a.evolved, a.broken = snap, layout, ix, rf, false, nil
 	return nil
 }
 
@@ -188,27 +193,82 @@ func (a *TableApplier) Evolve(cols []delta.StructField) error {
 	return nil
 }
 
+// Refreshed is what a Refresh found: other writers' commits between
+// From and To, and how the key index caught up with them.
+type Refreshed struct {
+	From, To int64
+	// Rebuilt says the table was reopened and its key index built again
+	// from every file, for Reason; otherwise the index caught up with the
+	// changed files alone (CatchUp).
+	Rebuilt bool
+	Reason  string
+	CatchUp CatchUpStats
+	Took    time.Duration
+}
+
 // Refresh catches up with commits other writers made since the applier's
 // snapshot (a tombstone purge, a compaction, a restore, another instance):
 // the key index must describe the table as it is, or a purged key would
 // still look stored. Own commits advance the snapshot as they land, so a
-// quiet table costs one log listing. Columns the layout gained but the
-// table has not committed yet are kept.
-func (a *TableApplier) Refresh(ctx context.Context) error {
+// quiet table costs one log listing and returns nil. When the schema and
+// protocol are unchanged, the key index reads only the files the other
+// commits added (KeyIndex.CatchUp); otherwise, or when that finds two
+// rows for one key, the table is reopened (a whole rebuild). Columns the
+// layout gained but the table has not committed yet are kept.
+func (a *TableApplier) Refresh(ctx context.Context) (*Refreshed, error) {
+	started := time.Now()
 	if a.snap == nil {
 		if _, err := a.table.Snapshot(ctx); errors.Is(err, delta.ErrNoTable) {
-			return nil
+			return nil, nil
 		}
-		return a.reopenKeeping(ctx)
+		r := &Refreshed{From: -1, Rebuilt: true, Reason: "another writer created the table"}
+		return a.rebuilt(ctx, r, started)
 	}
 	latest, err := a.table.Update(ctx, a.snap)
 	if err != nil {
-		return fmt.Errorf("refresh table %s: %w", a.name, err)
+		return nil, fmt.Errorf("refresh table %s: %w", a.name, err)
 	}
 	if latest.Version == a.snap.Version {
-		return nil
+		return nil, nil
 	}
-	return a.reopenKeeping(ctx)
+	r := &Refreshed{From: a.snap.Version, To: latest.Version}
+	switch {
+	case a.index == nil || a.layout == nil:
+		r.Reason = "no key index yet"
+	case !reflect.DeepEqual(latest.Metadata, a.snap.Metadata):
+		r.Reason = "the table's metadata changed"
+	case !reflect.DeepEqual(latest.Protocol, a.snap.Protocol):
+		r.Reason = "the table's protocol changed"
+	default:
+		st, err := a.index.CatchUp(ctx, latest, a.rf)
+		r.CatchUp = st
+		if err == nil {
+			a.snap = latest
+			r.Took = time.Since(started)
+			return r, nil
+		}
+		// The index is between two versions now: rebuild it.
+		r.Reason = err.Error()
+	}
+	r.Rebuilt = true
+	return a.rebuilt(ctx, r, started)
+}
+
+// rebuilt reopens the table for Refresh. On failure the applier refuses
+// batches until Open succeeds: its key index may describe no version.
+func (a *TableApplier) rebuilt(ctx context.Context, r *Refreshed, started time.Time) (*Refreshed, error) {
+	if err := a.reopenKeeping(ctx); err != nil {
+		if r.Reason != "" {
+			err = fmt.Errorf("%w (reopened because %s)", err, r.Reason)
+		}
+		a.broken = err
+		return nil, err
+	}
+	if a.snap != nil {
+		r.To = a.snap.Version
+	}
+	r.Took = time.Since(started)
+	return r, nil
 }
 
 // reopenKeeping reopens the table and re-applies pending new columns.
@@ -265,6 +325,9 @@ func (a *TableApplier) LateBeyondHorizon(changes []*Change) (late, kept []*Chang
 // must continue exactly where the table's txn left them: a partition the
 // table already advanced past the batch's start is fenced.
 func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
+	if a.broken != nil {
+		return nil, fmt.Errorf("apply to table %s: not reopened after a failed refresh: %w", a.name, a.broken)
+	}
 	if a.layout == nil {
 		return nil, fmt.Errorf("apply to table %s: no layout: the table does not exist and no schema is known", a.name)
 	}
@@ -291,6 +354,9 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 // sequence, in one commit with the partition's position. The caller
 // commits everything read before the truncate first.
 func (a *TableApplier) Truncate(ctx context.Context, c *Change, b *Batch) (*Result, error) {
+	if a.broken != nil {
+		return nil, fmt.Errorf("truncate table %s: not reopened after a failed refresh: %w", a.name, a.broken)
+	}
 	if a.layout == nil {
 		return nil, fmt.Errorf("truncate table %s: the table does not exist yet", a.name)
 	}

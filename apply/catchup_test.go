@@ -1,0 +1,403 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
+	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/maintenance"
+	"github.com/cdcapply/cdcapply/schema"
+	"github.com/cdcapply/cdcapply/tombstone"
+)
+
+// checkSlots fails unless the slot table holds exactly one slot per
+// entry, each reachable by find from its key's home.
+func checkSlots(t *testing.T, ix *KeyIndex) {
+	t.Helper()
+	seen := make([]bool, ix.entries.n)
+	for _, s := range ix.slots {
+		if s == 0 {
+			continue
+		}
+		i := int(s&0xffffffff) - 1
+		if i < 0 || i >= ix.entries.n || seen[i] {
+			t.Fatalf("slot names entry %d of %d (seen before: %v)", i, ix.entries.n, i >= 0 && i < len(seen) && seen[i])
+		}
+		seen[i] = true
+	}
+	for i := range ix.entries.n {
+		if !seen[i] {
+			t.Fatalf("entry %d has no slot", i)
+		}
+		if at, ok := ix.find(string(ix.keyBytes(i))); !ok || at != i {
+			t.Fatalf("entry %d: find gives %d, %v", i, at, ok)
+		}
+	}
+}
+
+// TestKeyIndexRemove: random inserts, updates (sequences of changing
+// length, so records move in the arena) and removals held near the
+// slot table's full load, where probe runs are long and wrap around the
+// table's end: every held key keeps its sequence, flag, file and row,
+// removed keys are not found, every entry has exactly one slot that find
+// reaches, and the tombstone count follows. Entries at the end of a
+// chunk are removed too (the last entry moves into the hole).
+func TestKeyIndexRemove(t *testing.T) {
+	type want struct {
+		seq     string
+		deleted bool
+		file    fileID
+		row     int64
+	}
+	ix := NewKeyIndex(scaleLayout)
+	held := map[string]want{}
+	var keys []string
+	rng := rand.New(rand.NewPCG(11, 12))
+	key := func(n int) string { return fmt.Sprintf("key-%d-%s", n, strings.Repeat("x", n%9)) }
+	wrapped := false
+	for op := 0; op < 60_000; op++ {
+		// Keep about 3000 keys in a table of 4096 slots (load ~0.73).
+		if len(keys) > 2900 && rng.IntN(2) == 0 || len(keys) > 3050 {
+			j := rng.IntN(len(keys))
+			k := keys[j]
+			i, ok := ix.find(k)
+			if !ok {
+				t.Fatalf("op %d: held key %q not found before its removal", op, k)
+			}
+			if err := ix.remove(i); err != nil {
+				t.Fatal(err)
+			}
+			delete(held, k)
+			keys[j] = keys[len(keys)-1]
+			keys = keys[:len(keys)-1]
+			if _, ok := ix.find(k); ok {
+				t.Fatalf("op %d: removed key %q still found", op, k)
+			}
+		} else {
+			k := key(rng.IntN(20_000))
+			w := want{seq: string(pgSeq(uint64(rng.IntN(1 << uint(4+rng.IntN(40)))))), deleted: rng.IntN(3) == 0, file: fileID(rng.IntN(5)), row: int64(rng.IntN(1000))}
+			if _, ok := held[k]; !ok {
+				keys = append(keys, k)
+			}
+			held[k] = w
+			if err := ix.upsert(k, []byte(w.seq), w.deleted, w.file, w.row); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ix.slots[0] != 0 && ix.slots[len(ix.slots)-1] != 0 {
+			wrapped = true
+		}
+		if op%5000 == 0 || op == 59_999 {
+			if ix.Len() != len(held) {
+				t.Fatalf("op %d: index holds %d keys, want %d", op, ix.Len(), len(held))
+			}
+			tombs := 0
+			for k, w := range held {
+				e, ok := ix.lookup(k)
+				if !ok || string(e.seq) != w.seq || e.deleted != w.deleted || e.file != w.file || e.row != w.row {
+					t.Fatalf("op %d: key %q: %+v %v, want %+v", op, k, e, ok, w)
+				}
+				if w.deleted {
+					tombs++
+				}
+			}
+			if ix.Tombstones() != tombs {
+				t.Fatalf("op %d: index counts %d tombstones, want %d", op, ix.Tombstones(), tombs)
+			}
+			checkSlots(t, ix)
+		}
+	}
+	if len(ix.slots) != 4096 || !wrapped {
+		t.Fatalf("%d slots, a run wrapped around the end: %v: the test did not exercise what it is for", len(ix.slots), wrapped)
+	}
+	// Empty the index: the last removals leave no slot behind.
+	for len(keys) > 0 {
+		i, _ := ix.find(keys[len(keys)-1])
+		if err := ix.remove(i); err != nil {
+			t.Fatal(err)
+		}
+		keys = keys[:len(keys)-1]
+	}
+	for _, s := range ix.slots {
+		if s != 0 {
+			t.Fatal("an emptied index keeps a slot")
+		}
+	}
+	if ix.Len() != 0 || ix.Tombstones() != 0 {
+		t.Fatalf("emptied index: %d keys, %d tombstones", ix.Len(), ix.Tombstones())
+	}
+}
+
+// indexDump is what an index says of each key, with its file named by
+// path and deletion vector, and of the files it knows.
+func indexDump(t *testing.T, ix *KeyIndex) (map[string]string, []string) {
+	t.Helper()
+	out := map[string]string{}
+	for i := range ix.entries.n {
+		key, _ := ix.record(i)
+		e := ix.state(i)
+		add := ix.files[e.file]
+		if add == nil {
+			t.Fatalf("key %s is in file #%d, which is gone", ix.renderKey(string(key)), e.file)
+		}
+		out[ix.renderKey(string(key))] = fmt.Sprintf("seq %x deleted %v file %s dv %q row %d", e.seq, e.deleted, add.Path, add.DeletionVector.UniqueID(), e.row)
+	}
+	var files []string
+	for id, add := range ix.files {
+		if add == nil {
+			continue
+		}
+		if ix.byPath[add.Path] != fileID(id) {
+			t.Fatalf("file %s is #%d but byPath says #%d", add.Path, id, ix.byPath[add.Path])
+		}
+		files = append(files, add.Path+" "+add.DeletionVector.UniqueID())
+	}
+	if len(ix.byPath) != len(files) {
+		t.Fatalf("byPath holds %d paths for %d files", len(ix.byPath), len(files))
+	}
+	return out, files
+}
+
+// sameAsRebuilt fails unless a's key index says what an index built
+// afresh from the table says, key by key and file by file.
+func sameAsRebuilt(t *testing.T, store storage.Storage, a *TableApplier, mode MergeMode, what string) {
+	t.Helper()
+	fresh := refApplier(t, store, mode)
+	if fresh.Snapshot().Version != a.Snapshot().Version {
+		t.Fatalf("%s: applier at version %d, table at %d", what, a.Snapshot().Version, fresh.Snapshot().Version)
+	}
+	got, gotFiles := indexDump(t, a.index)
+	want, wantFiles := indexDump(t, fresh.index)
+	if !reflect.DeepEqual(got, want) {
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s: key %s: index %q, rebuilt %q", what, k, got[k], w)
+			}
+		}
+		for k, g := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("%s: key %s: index %q, absent from the rebuilt index", what, k, g)
+			}
+		}
+		t.FailNow()
+	}
+	if len(gotFiles) != a.Snapshot().NumFiles() || !sameSet(gotFiles, wantFiles) {
+		t.Fatalf("%s: index knows files %v, rebuilt %v (%d in the snapshot)", what, gotFiles, wantFiles, a.Snapshot().NumFiles())
+	}
+	if a.index.Tombstones() != fresh.index.Tombstones() {
+		t.Fatalf("%s: %d tombstones counted, rebuilt %d", what, a.index.Tombstones(), fresh.index.Tombstones())
+	}
+}
+
+func sameSet(a, b []string) bool {
+	m := map[string]int{}
+	for _, s := range a {
+		m[s]++
+	}
+	for _, s := range b {
+		m[s]--
+	}
+	for _, n := range m {
+		if n != 0 {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// liveRows keeps the rows of tableState or ordersOracle.rows that are not
+// tombstones (a purge removes tombstones, so only live rows are compared).
+func liveRows(rows []string) []string {
+	var out []string
+	for _, r := range rows {
+		if !strings.HasSuffix(r, " true") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRefreshCatchesUpWithOtherWriters: between the stream's batches,
+// other writers commit: a tombstone purge, an optimize, another instance
+// taking the partition for a batch (merge-on-read: a new deletion vector
+// on a file the index knows), and a restore to an earlier version after
+// which the stream replays from the rewound position. After each, Refresh
+// catches the key index up without rebuilding it, and the index equals
+// one built afresh from the table, key by key; the stream's next batches
+// apply on it and the table's live rows end equal to the oracle's.
+func TestRefreshCatchesUpWithOtherWriters(t *testing.T) {
+	defer noFold()() // merge-on-read: files keep deletion vectors for optimize to compact
+	for _, mode := range []MergeMode{CopyOnWrite, MergeOnRead} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			store := storage.NewLocal(t.TempDir())
+			table := delta.Open(store)
+			a := refApplier(t, store, mode)
+			stream, oracle := keyedStream(400, 200, 21)
+			for i, c := range stream { // in 2020: older than any purge's cut-off
+				c.SourceTsMicros = 1_600_000_000_000_000 + int64(i)
+			}
+			tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
+			applyBy := func(w *TableApplier, from, to int) {
+				t.Helper()
+				if _, err := w.Apply(ctx, &Batch{Changes: stream[from:to], Read: to - from, Ranges: rng(int64(from), int64(to))}); err != nil {
+					t.Fatalf("apply [%d, %d): %v", from, to, err)
+				}
+			}
+			refresh := func(what string, wantDropped bool) *Refreshed {
+				t.Helper()
+				r, err := a.Refresh(ctx)
+				if err != nil {
+					t.Fatalf("%s: refresh: %v", what, err)
+				}
+				if r == nil || r.Rebuilt {
+					t.Fatalf("%s: refresh %+v: want a catch-up without a rebuild", what, r)
+				}
+				if r.CatchUp.FilesRemoved == 0 && r.CatchUp.FilesAdded == 0 {
+					t.Fatalf("%s: refresh %+v changed no file", what, r)
+				}
+				if wantDropped != (r.CatchUp.KeysDropped > 0) {
+					t.Fatalf("%s: refresh dropped %d keys", what, r.CatchUp.KeysDropped)
+				}
+				t.Logf("%s: versions %d to %d, %+v", what, r.From, r.To, r.CatchUp)
+				sameAsRebuilt(t, store, a, mode, what)
+				return r
+			}
+			for from := 0; from < 100; from += 25 {
+				applyBy(a, from, from+25)
+			}
+			restoreTo := a.Snapshot().Version
+
+			// A purge of every tombstone.
+			pr, err := tombstone.Purge(ctx, table, tombstone.PurgeOptions{MaxLateness: time.Hour, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr.Rows == 0 {
+				t.Fatal("the purge removed no tombstone: the test checks nothing")
+			}
+			refresh("after a purge", true)
+			applyBy(a, 100, 125)
+
+			// Another instance applies a batch (a rebalance gave it the
+			// partition), then the stream goes on here.
+			b := refApplier(t, store, mode)
+			applyBy(b, 125, 150)
+			dvs := map[string]string{}
+			for _, add := range a.Snapshot().Files() {
+				dvs[add.Path] = add.DeletionVector.UniqueID()
+			}
+			refresh("after another instance's batch", false)
+			newVectors := 0
+			for _, add := range a.Snapshot().Files() {
+				if dv, known := dvs[add.Path]; known && dv != add.DeletionVector.UniqueID() {
+					newVectors++
+				}
+			}
+			if (mode == MergeOnRead) != (newVectors > 0) {
+				t.Fatalf("%d files the index knew got a new deletion vector from the other instance", newVectors)
+			}
+			applyBy(a, 150, 175)
+			applyBy(a, 175, 200)
+
+			// An optimize compacts the small files.
+			or, err := maintenance.Optimize(ctx, table, maintenance.OptimizeOptions{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if or.FilesRemoved == 0 {
+				t.Fatal("optimize compacted nothing: the test checks nothing")
+			}
+			refresh("after an optimize", false)
+			applyBy(a, 200, 250)
+
+			// A restore to before the purge: the stream replays from
+			// the rewound position.
+			if _, err := delta.Restore(ctx, table, delta.RestoreTarget{Version: restoreTo}, delta.RestoreOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if r := refresh("after a restore", true); r.CatchUp.KeysAdded == 0 {
+				t.Fatalf("after a restore to before the purge: %+v: want the purged tombstones back", r.CatchUp)
+			}
+			next, _ := a.Positions().Next(tp)
+			if next != 100 {
+				t.Fatalf("restored position %d, want 100", next)
+			}
+			for from := int(next); from < len(stream); from += 25 {
+				applyBy(a, from, min(from+25, len(stream)))
+			}
+			sameAsRebuilt(t, store, a, mode, "at the end")
+			rows, _ := tableState(t, store)
+			if got, want := liveRows(rows), liveRows(oracle.rows()); !reflect.DeepEqual(got, want) {
+				t.Fatalf("live rows\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}
+
+// TestRefreshRebuildsWhenItMust: a foreign commit that changes the
+// table's metadata makes Refresh rebuild the index (and say why); one
+// that adds a second row for a held key makes it fail, naming the key,
+// and the applier then refuses batches instead of applying on an index
+// that describes no version of the table.
+func TestRefreshRebuildsWhenItMust(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	table := delta.Open(store)
+	a := refApplier(t, store, CopyOnWrite)
+	stream, _ := crashStream(100, 5)
+	if _, err := a.Apply(ctx, &Batch{Changes: stream[:50], Read: 50, Ranges: rng(0, 50)}); err != nil {
+		t.Fatal(err)
+	}
+
+	snap := a.Snapshot()
+	tx := table.Begin(snap)
+	md := snap.Metadata
+	md.Configuration = map[string]string{"owner": "ops"}
+	for k, v := range snap.Metadata.Configuration {
+		md.Configuration[k] = v
+	}
+	tx.SetMetadata(md)
+	if _, err := tx.Commit(ctx, "SET TBLPROPERTIES", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Refresh(ctx)
+	if err != nil || r == nil || !r.Rebuilt || !strings.Contains(r.Reason, "metadata") {
+		t.Fatalf("refresh after a metadata change: %+v, %v: want a rebuild for the metadata", r, err)
+	}
+	sameAsRebuilt(t, store, a, CopyOnWrite, "after a metadata change")
+
+	// Another writer adds a file with a key the table holds.
+	held := stream[0]
+	rf, err := NewParquetRowFiles(store, a.Layout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	add, err := rf.WriteRows(ctx, []Row{{Values: []schema.Value{schema.Int(held.Values[0].I), schema.String("dup")}, Seq: seqBytes(999)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx = table.Begin(a.Snapshot())
+	tx.Add(add)
+	if _, err := tx.Commit(ctx, "WRITE", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.Refresh(ctx)
+	if err == nil || !strings.Contains(err.Error(), errTwoRows.Error()) || !strings.Contains(err.Error(), "more than one row") || !strings.Contains(err.Error(), fmt.Sprintf("id=%d", held.Values[0].I)) {
+		t.Fatalf("refresh after a second row for a key: %+v, %v: want the catch-up's finding and the rebuild's, the key named", r, err)
+	}
+	_, err = a.Apply(ctx, &Batch{Changes: stream[50:60], Read: 10, Ranges: rng(50, 60)})
+	if err == nil || !strings.Contains(err.Error(), "not reopened after a failed refresh") {
+		t.Fatalf("apply after a failed refresh: %v", err)
+	}
+	if err := a.Open(ctx); err == nil {
+		t.Fatal("open of a table with two rows for one key succeeded")
+	}
+}
