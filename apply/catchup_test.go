@@ -401,3 +401,58 @@ func TestRefreshRebuildsWhenItMust(t *testing.T) {
 		t.Fatal("open of a table with two rows for one key succeeded")
 	}
 }
+
+// TestCommitPastOtherWritersCatchesUp: a purge lands after the stream's
+// last refresh, and the stream's next batch (new keys only, on another
+// partition) commits past it without conflict. The key index follows
+// the purge's files in that commit, so it equals one built afresh, and
+// the stream goes on over the purged keys without a resync.
+func TestCommitPastOtherWritersCatchesUp(t *testing.T) {
+	for _, mode := range []MergeMode{CopyOnWrite, MergeOnRead} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			store := storage.NewLocal(t.TempDir())
+			a := refApplier(t, store, mode)
+			stream, oracle := keyedStream(200, 60, 8)
+			for i, c := range stream {
+				c.SourceTsMicros = 1_600_000_000_000_000 + int64(i)
+			}
+			for from := 0; from < 100; from += 25 {
+				if _, err := a.Apply(ctx, &Batch{Changes: stream[from : from+25], Read: 25, Ranges: rng(int64(from), int64(from+25))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pr, err := tombstone.Purge(ctx, delta.Open(store), tombstone.PurgeOptions{MaxLateness: time.Hour, Logger: quietLogger()})
+			if err != nil || pr.Rows == 0 {
+				t.Fatalf("purge %+v, %v: want tombstones purged", pr, err)
+			}
+			var fresh []*Change
+			for i := range 10 {
+				id := int64(1000 + i)
+				c := refChange(id, uint64(500+i), "c", "fresh", int64(i))
+				c.Pos.Partition = 1
+				fresh = append(fresh, c)
+				oracle.apply(int(id), "c", "fresh")
+			}
+			read := a.Snapshot().Version
+			res, err := a.Apply(ctx, &Batch{Changes: fresh, Read: len(fresh),
+				Ranges: map[checkpoint.TopicPartition]checkpoint.Range{{Topic: "orders", Partition: 1}: {From: 0, Next: 10}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Version != read+2 {
+				t.Fatalf("committed version %d reading %d: the batch did not commit past the purge", res.Version, read)
+			}
+			sameAsRebuilt(t, store, a, mode, "after a commit past a purge")
+			for from := 100; from < len(stream); from += 25 {
+				if _, err := a.Apply(ctx, &Batch{Changes: stream[from : from+25], Read: 25, Ranges: rng(int64(from), int64(from+25))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows, _ := tableState(t, store)
+			if got, want := liveRows(rows), liveRows(oracle.rows()); !reflect.DeepEqual(got, want) {
+				t.Fatalf("live rows\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}

@@ -457,7 +457,15 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	}
 	a.snap = committed.Snapshot
 	a.evolved = false
-	if err := a.index.Apply(plan); err != nil {
+	err = a.index.Apply(plan)
+	if err == nil && committed.Retries > 0 {
+		// Other writers' commits landed first (a purge, an optimize of
+		// files this batch did not touch, another instance's partitions)
+		// and the snapshot has them: the index follows their files too,
+		// or its next batch would find a purged file named.
+		_, err = a.index.CatchUp(ctx, a.snap, a.rf)
+	}
+	if err != nil {
 		// The commit landed; only the index is wrong: rebuild it.
 		if oerr := a.Open(ctx); oerr != nil {
 			return nil, fmt.Errorf("apply to table %s: committed version %d, then %w; reopening: %w", a.name, committed.Version, err, oerr)
