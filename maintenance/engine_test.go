@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,30 @@ func pgChange(id int, lsn int64, op, status string) (key, value []byte) {
 // runEngine runs the apply engine on one table until stop is called.
 func runEngine(t *testing.T, brokers []string, dir, group, connector string) (stop func()) {
 	t.Helper()
+	return runEngineLogging(t, brokers, dir, group, connector, io.Discard)
+}
+
+// lockedLog is a log the engine's goroutines write while the test reads.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runEngineLogging is runEngine with the engine's log written to w.
+func runEngineLogging(t *testing.T, brokers []string, dir, group, connector string, w io.Writer) (stop func()) {
+	t.Helper()
 	yaml := fmt.Sprintf(`
 pipeline: {id: shop}
 kafka: {brokers: [%s], group: %s}
@@ -63,7 +88,7 @@ tables:
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := apply.NewEngine(cfg, apply.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	e, err := apply.NewEngine(cfg, apply.Logger(slog.New(slog.NewTextHandler(w, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +204,8 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	}
 	defer cl.Close()
 	dir := t.TempDir() + "/orders"
-	stop := runEngine(t, c.ListenAddrs(), dir, "g", "postgresql")
+	var log lockedLog
+	stop := runEngineLogging(t, c.ListenAddrs(), dir, "g", "postgresql", &log)
 	defer stop()
 	oracle := map[int]string{}
 	next, lsn := int64(0), int64(0)
@@ -217,9 +243,14 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 		}
 	}
 	waitNext(t, dir, next)
-	t.Logf("compactions: %d committed (%d retries after conflicts), %d gave up", committed, retried, gaveUp)
+	logged := log.String()
+	t.Logf("compactions: %d committed (%d retries after conflicts), %d gave up; the engine caught its key index up %d times",
+		committed, retried, gaveUp, strings.Count(logged, "key index caught up"))
 	if committed == 0 {
 		t.Fatal("no compaction committed while the stream ran")
+	}
+	if strings.Contains(logged, "key index built again") {
+		t.Fatalf("a compaction made the engine rebuild its key index instead of catching up:\n%s", logged)
 	}
 	var want []string
 	for id, s := range oracle {
