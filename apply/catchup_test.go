@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -454,5 +455,53 @@ func TestCommitPastOtherWritersCatchesUp(t *testing.T) {
 				t.Fatalf("live rows\n got %v\nwant %v", got, want)
 			}
 		})
+	}
+}
+
+// TestBuildProgress: Open tells the applier's progress function where a
+// key index build is, file by file, ending with the table's files and
+// keys; the engine's logger of it says nothing for a build faster than
+// its interval and logs each step past it except the last (Run logs the
+// end).
+func TestBuildProgress(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	a := refApplier(t, store, CopyOnWrite)
+	stream, _ := keyedStream(120, 400, 3) // mostly new keys: a file per batch
+	for from := 0; from < len(stream); from += 30 {
+		if _, err := a.Apply(ctx, &Batch{Changes: stream[from : from+30], Read: 30, Ranges: rng(int64(from), int64(from+30))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type step struct{ read, files, keys int }
+	var steps []step
+	b := NewTableApplier("orders", "p", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	b.SetBuildProgress(func(read, files, keys int) { steps = append(steps, step{read, files, keys}) })
+	if err := b.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	files := b.Snapshot().NumFiles()
+	if files < 3 || len(steps) != files+1 || steps[0] != (step{0, files, 0}) || steps[files] != (step{files, files, b.index.Len()}) {
+		t.Fatalf("%d files, %d keys: progress %v", files, b.index.Len(), steps)
+	}
+	for i, s := range steps {
+		if s.read != i || s.files != files || (i > 0 && s.keys < steps[i-1].keys) {
+			t.Fatalf("step %d: %+v in %v", i, s, steps)
+		}
+	}
+
+	for _, tc := range []struct {
+		every time.Duration
+		lines int
+	}{{time.Hour, 0}, {0, files - 1}} {
+		var log syncBuffer
+		e := &Engine{log: slog.New(slog.NewTextHandler(&log, nil))}
+		p := e.buildProgress("orders", tc.every)
+		for _, s := range steps {
+			p(s.read, s.files, s.keys)
+		}
+		if got := strings.Count(log.String(), "building key index"); got != tc.lines || tc.lines > 0 && !strings.Contains(log.String(), fmt.Sprintf("files_read=%d files=%d", files-1, files)) {
+			t.Fatalf("every %s: %d lines, want %d:\n%s", tc.every, got, tc.lines, log.String())
+		}
 	}
 }

@@ -345,6 +345,7 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 		return rf, nil
 	}
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
+	t.applier.SetBuildProgress(e.buildProgress(tc.Name, buildProgressEvery))
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
 	}
@@ -1429,6 +1430,29 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 // partitions back to the table's positions: the one recovery for fencing,
 // failed commits and outcome-unknown commits alike, since the table's txn
 // actions say exactly what is applied.
+// buildProgressEvery is how often a key index build in progress is logged.
+const buildProgressEvery = 5 * time.Second
+
+// buildProgress logs a key index build that takes long, at most once per
+// interval: files read of the table's, keys so far, time spent. A build
+// done within the first interval says nothing here (Run logs its end).
+func (e *Engine) buildProgress(table string, every time.Duration) BuildProgress {
+	var started, last time.Time
+	return func(read, files, keys int) {
+		now := time.Now()
+		if read == 0 {
+			started, last = now, now
+			return
+		}
+		if now.Sub(last) < every || read == files {
+			return
+		}
+		last = now
+		e.log.Info("building key index", "table", table, "files_read", read, "files", files, "keys", keys,
+			"elapsed", now.Sub(started).Round(time.Millisecond))
+	}
+}
+
 // logRefreshed says how a table caught up with other writers' commits
 // (a purge, an optimize, a restore): what the key index read and dropped,
 // or why it was built again.

@@ -91,6 +91,15 @@ type KeyReader interface {
 // rows means the table was written by someone else or is corrupt:
 // applying on top would double rows, so it is an error.
 func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowFiles) (*KeyIndex, error) {
+	return buildKeyIndex(ctx, l, snap, rf, nil)
+}
+
+// BuildProgress is told, as a key index build starts (filesRead 0) and
+// after each file it read, how many of the table's files it has read and
+// how many keys it holds.
+type BuildProgress func(filesRead, files, keys int)
+
+func buildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowFiles, progress BuildProgress) (*KeyIndex, error) {
 	ix := NewKeyIndex(l)
 	files := snap.Files()
 	var rows int64
@@ -98,7 +107,10 @@ func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowF
 		rows += numRecords(add)
 	}
 	ix.reserve(int(rows))
-	for _, add := range files {
+	if progress != nil {
+		progress(0, len(files), 0)
+	}
+	for n, add := range files {
 		id := ix.addFile(add)
 		err := readFileKeys(ctx, l, rf, add, func(key string, seq []byte, deleted bool, pos int64) error {
 			if _, dup := ix.find(key); dup {
@@ -108,6 +120,9 @@ func BuildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowF
 		})
 		if err != nil {
 			return nil, fmt.Errorf("build key index: %w", err)
+		}
+		if progress != nil {
+			progress(n+1, len(files), ix.Len())
 		}
 	}
 	return ix, nil

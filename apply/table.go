@@ -64,6 +64,8 @@ type TableApplier struct {
 	// evolved is set when the layout gained columns the table's schema
 	// lacks; the next commit carries the new schema.
 	evolved bool
+	// progress, when set, follows a key index build (Open).
+	progress BuildProgress
 	// broken is set when a refresh failed to reopen the table: the key
 	// index may describe no version of it, so batches are refused until
 	// Open succeeds.
@@ -85,6 +87,11 @@ func NewTableApplier(name, pipeline string, table *delta.Table, newFiles func(*L
 	}
 	return &TableApplier{name: name, pipeline: pipeline, table: table, newFiles: newFiles, keyNames: keyNames, clock: clock, fold: foldDefault}
 }
+
+// SetBuildProgress sets what follows each key index build: Open (the
+// engine's start, a resync, a refresh that rebuilds) reads every file of
+// the table, minutes at hundreds of millions of rows.
+func (a *TableApplier) SetBuildProgress(p BuildProgress) { a.progress = p }
 
 // SetFolding turns merge-on-read folding on (the default) or off: with it
 // off, a table keeps one file per batch and deletion vectors on the older
@@ -130,7 +137,7 @@ func (a *TableApplier) Open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
-	ix, err := BuildKeyIndex(ctx, layout, snap, rf)
+	ix, err := buildKeyIndex(ctx, layout, snap, rf, a.progress)
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
