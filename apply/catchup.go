@@ -24,6 +24,9 @@ type CatchUpStats struct {
 	// back, another instance's new keys); KeysDropped the keys the table
 	// no longer holds (purged tombstones, rows a restore undid).
 	RowsRead, KeysAdded, KeysDropped int
+	// gone are the paths of the removed files the snapshot does not hold
+	// under another deletion vector: files that left the table.
+	gone []string
 }
 
 // CatchUp brings the index from the files it places keys in to the files
@@ -40,6 +43,7 @@ type CatchUpStats struct {
 func (ix *KeyIndex) CatchUp(ctx context.Context, snap *delta.Snapshot, rf RowFiles) (CatchUpStats, error) {
 	var st CatchUpStats
 	gone := make([]bool, len(ix.files))
+	var removed []string
 	for id, add := range ix.files {
 		if add == nil {
 			continue
@@ -49,6 +53,7 @@ func (ix *KeyIndex) CatchUp(ctx context.Context, snap *delta.Snapshot, rf RowFil
 		}
 		gone[id] = true
 		st.FilesRemoved++
+		removed = append(removed, add.Path)
 		delete(ix.byPath, add.Path)
 		ix.files[id] = nil
 	}
@@ -77,6 +82,11 @@ func (ix *KeyIndex) CatchUp(ctx context.Context, snap *delta.Snapshot, rf RowFil
 	}
 	if st.FilesRemoved == 0 {
 		return st, nil
+	}
+	for _, p := range removed {
+		if _, again := ix.byPath[p]; !again {
+			st.gone = append(st.gone, p)
+		}
 	}
 	for i := 0; i < ix.entries.n; {
 		if !isGone(ix.entries.at(i).file) {

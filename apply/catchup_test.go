@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/maintenance"
 	"github.com/cdcapply/cdcapply/schema"
@@ -503,5 +504,97 @@ func TestBuildProgress(t *testing.T) {
 		if got := strings.Count(log.String(), "building key index"); got != tc.lines || tc.lines > 0 && !strings.Contains(log.String(), fmt.Sprintf("files_read=%d files=%d", files-1, files)) {
 			t.Fatalf("every %s: %d lines, want %d:\n%s", tc.every, got, tc.lines, log.String())
 		}
+	}
+}
+
+// TestOpenFilesFollowTheTable: the data files an engine's table keeps
+// open for stored-row reads (one datafile.FileCache, shared by the
+// layouts) are closed as they leave the table: after each merge-on-read
+// batch that folds files away, after another writer's optimize (a
+// catch-up) and after a reopen (a rebuild), every file still open is a
+// file of the table. A file kept open after a vacuum deleted it would
+// hold its disk space until the engine stopped.
+func TestOpenFilesFollowTheTable(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	cache := datafile.NewFileCache(pointFilesOpen)
+	newFiles := func(l *Layout) (RowFiles, error) {
+		rf, err := NewParquetRowFiles(store, l, MergeOnReadFileOptions(l)...)
+		if err != nil {
+			return nil, err
+		}
+		rf.points = cache
+		return rf, nil
+	}
+	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+	if err := a.SetMergeMode(MergeOnRead); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetLayout(refLayout); err != nil {
+		t.Fatal(err)
+	}
+	closedAsTheyLeft := 0
+	check := func(what string, before []string) {
+		t.Helper()
+		open := cache.Paths()
+		for _, p := range open {
+			if _, live := a.index.byPath[p]; !live {
+				t.Fatalf("%s: %s is kept open but is not a file of the table (open: %v)", what, p, open)
+			}
+		}
+		for _, p := range before {
+			if _, live := a.index.byPath[p]; !live {
+				closedAsTheyLeft++
+			}
+		}
+	}
+	stream, _ := morStream(600, 4)
+	for from := 0; from < len(stream); from += 20 {
+		before := cache.Paths()
+		if _, err := a.Apply(ctx, &Batch{Changes: stream[from : from+20], Read: 20, Ranges: rng(int64(from), int64(from+20))}); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after the batch at %d", from), before)
+	}
+	if closedAsTheyLeft == 0 {
+		t.Fatal("no open file left the table in a batch: the test checked nothing")
+	}
+	closedAsTheyLeft = 0
+	preOptimize := a.Snapshot().Version
+	before := cache.Paths()
+	if _, err := maintenance.Optimize(ctx, delta.Open(store), maintenance.OptimizeOptions{Logger: quietLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := a.Refresh(ctx); err != nil || r == nil || r.Rebuilt {
+		t.Fatalf("refresh after an optimize: %+v, %v", r, err)
+	}
+	check("after an optimize", before)
+	if closedAsTheyLeft == 0 {
+		t.Fatalf("the optimize compacted none of the open files %v: the test checked nothing", before)
+	}
+	// A batch reads the compacted file; a restore to before the optimize
+	// takes it out of the table, and a reopen (as a resync does, without
+	// a refresh) closes it.
+	var deletes []*Change // a tombstone keeps the stored values: read
+	for i := range 3 {
+		deletes = append(deletes, refChange(int64(i), uint64(10_000+i), "d", "", int64(600+i)))
+	}
+	if _, err := a.Apply(ctx, &Batch{Changes: deletes, Read: 3, Ranges: rng(600, 603)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delta.Restore(ctx, delta.Open(store), delta.RestoreTarget{Version: preOptimize}, delta.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	closedAsTheyLeft = 0
+	before = cache.Paths()
+	if err := a.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restore and a reopen", before)
+	if closedAsTheyLeft == 0 {
+		t.Fatalf("the restore took none of the open files %v out of the table: the test checked nothing", before)
 	}
 }

@@ -80,6 +80,20 @@ func putScratch(s *arrowScratch) {
 	}
 }
 
+// forgetFiles closes the cached open files among paths (files that left
+// the table).
+func (p *ParquetRowFiles) forgetFiles(paths []string) { p.points.Forget(paths...) }
+
+// retainFiles closes the cached open files for which keep is false.
+func (p *ParquetRowFiles) retainFiles(keep func(path string) bool) { p.points.Retain(keep) }
+
+// fileForgetter is a RowFiles that keeps data files open between batches
+// (ParquetRowFiles): the applier tells it which files left the table.
+type fileForgetter interface {
+	forgetFiles(paths []string)
+	retainFiles(keep func(path string) bool)
+}
+
 // pointFilesOpen bounds the data files a table keeps open for stored-row
 // reads (datafile.FileCache): a merge-on-read table's batches read a few
 // rows of each of its live files, which folding keeps to about a hundred.

@@ -142,7 +142,21 @@ func (a *TableApplier) Open(ctx context.Context) error {
 		return fmt.Errorf("open table %s: %w", a.name, err)
 	}
 	a.snap, a.layout, a.index, a.rf, a.evolved, a.broken = snap, layout, ix, rf, false, nil
+	if f, ok := rf.(fileForgetter); ok {
+		// The data files kept open are shared with the previous layout's
+		// (the engine's table keeps one cache): close those the table
+		// does not hold now.
+		f.retainFiles(func(path string) bool { _, live := ix.byPath[path]; return live })
+	}
 	return nil
+}
+
+// forget closes the kept-open data files among paths, which left the
+// table: a vacuum that deletes them frees their disk space at once.
+func (a *TableApplier) forget(paths []string) {
+	if f, ok := a.rf.(fileForgetter); ok && len(paths) > 0 {
+		f.forgetFiles(paths)
+	}
 }
 
 // Positions returns the table's Kafka positions (next offset per partition).
@@ -249,6 +263,7 @@ func (a *TableApplier) Refresh(ctx context.Context) (*Refreshed, error) {
 	default:
 		st, err := a.index.CatchUp(ctx, latest, a.rf)
 		r.CatchUp = st
+		a.forget(st.gone)
 		if err == nil {
 			a.snap = latest
 			r.Took = time.Since(started)
@@ -465,12 +480,23 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	a.snap = committed.Snapshot
 	a.evolved = false
 	err = a.index.Apply(plan)
+	if err == nil {
+		gone := make([]string, 0, len(plan.Removes))
+		for _, r := range plan.Removes {
+			if _, kept := a.index.byPath[r.Path]; !kept { // not a new vector on the same file
+				gone = append(gone, r.Path)
+			}
+		}
+		a.forget(gone)
+	}
 	if err == nil && committed.Retries > 0 {
 		// Other writers' commits landed first (a purge, an optimize of
 		// files this batch did not touch, another instance's partitions)
 		// and the snapshot has them: the index follows their files too,
 		// or its next batch would find a purged file named.
-		_, err = a.index.CatchUp(ctx, a.snap, a.rf)
+		var st CatchUpStats
+		st, err = a.index.CatchUp(ctx, a.snap, a.rf)
+		a.forget(st.gone)
 	}
 	if err != nil {
 		// The commit landed; only the index is wrong: rebuild it.

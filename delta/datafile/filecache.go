@@ -3,6 +3,7 @@ package datafile
 import (
 	"context"
 	"io"
+	"sort"
 	"sync"
 
 	pq "github.com/parquet-go/parquet-go"
@@ -84,11 +85,7 @@ func (c *FileCache) open(ctx context.Context, st storage.Storage, path string) (
 		}
 		x := c.files[lru]
 		delete(c.files, lru)
-		if x.refs == 0 {
-			x.f.Close()
-		} else {
-			x.evicted = true
-		}
+		c.closeOrMark(x)
 	}
 	return pf, f, func() { c.release(cf) }, nil
 }
@@ -121,12 +118,65 @@ func (c *FileCache) Close() {
 	defer c.mu.Unlock()
 	for p, x := range c.files {
 		delete(c.files, p)
-		if x.refs == 0 {
-			x.f.Close()
-		} else {
-			x.evicted = true
+		c.closeOrMark(x)
+	}
+}
+
+// Forget closes the cached files whose paths are given (a file being read
+// is closed when its reader is done): files that left the table. A file
+// kept open after a vacuum deleted it keeps its disk space (and, mapped,
+// its address range) until it is closed, so the cache must not wait for
+// newer files to evict it. A nil cache does nothing.
+func (c *FileCache) Forget(paths ...string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range paths {
+		if x, ok := c.files[p]; ok {
+			delete(c.files, p)
+			c.closeOrMark(x)
 		}
 	}
+}
+
+// Retain closes the cached files for which keep is false (Forget for a
+// table reopened at a version whose files are known only as a whole).
+func (c *FileCache) Retain(keep func(path string) bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, x := range c.files {
+		if !keep(p) {
+			delete(c.files, p)
+			c.closeOrMark(x)
+		}
+	}
+}
+
+// closeOrMark closes a file that left the cache, or marks it to be closed
+// by its last reader. The caller holds mu.
+func (c *FileCache) closeOrMark(x *cachedFile) {
+	if x.refs == 0 {
+		x.f.Close()
+	} else {
+		x.evicted = true
+	}
+}
+
+// Paths returns the paths of the files open in the cache, sorted.
+func (c *FileCache) Paths() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.files))
+	for p := range c.files {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Len is the number of files open in the cache.

@@ -3,6 +3,7 @@ package datafile
 import (
 	"context"
 	"reflect"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,4 +117,63 @@ func TestFileCache(t *testing.T) {
 	if whole.Len() != 0 {
 		t.Fatal("a file read whole was cached")
 	}
+}
+
+// TestFileCacheForget: Forget and Retain close the files they drop at
+// once, or, for a file being read, when its reader is done; the other
+// files stay open and cached.
+func TestFileCacheForget(t *testing.T) {
+	ctx := context.Background()
+	st := &countingFiles{Local: storage.NewLocal(t.TempDir())}
+	l := flatLayout()
+	var adds []*delta.Add
+	for range 4 {
+		add, err := Write(ctx, st, l, flatRecord(t, l, 100), nil, PlainValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, add)
+	}
+	c := NewFileCache(8)
+	perColumn := make([][]int64, len(l.Schema.Fields))
+	for i := range perColumn {
+		perColumn[i] = []int64{1, 50}
+	}
+	for _, add := range adds {
+		if _, err := c.ReadColumnsAt(ctx, st, l, add, perColumn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Len() != 4 || st.closes.Load() != 0 {
+		t.Fatalf("%d cached, %d closed; want 4, 0", c.Len(), st.closes.Load())
+	}
+	// A reader holds adds[1] while it is forgotten.
+	_, _, release, err := c.open(ctx, st, adds[1].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Forget(adds[0].Path, adds[1].Path, "not-cached.parquet")
+	if got := c.Paths(); !reflect.DeepEqual(got, sortedPaths(adds[2], adds[3])) || st.closes.Load() != 1 {
+		t.Fatalf("after Forget: cached %v, %d closed; want %v, 1 (the file being read stays open)", got, st.closes.Load(), sortedPaths(adds[2], adds[3]))
+	}
+	release()
+	if st.closes.Load() != 2 {
+		t.Fatalf("the forgotten file's reader is done: %d closed, want 2", st.closes.Load())
+	}
+	c.Retain(func(p string) bool { return p == adds[3].Path })
+	if got := c.Paths(); !reflect.DeepEqual(got, []string{adds[3].Path}) || st.closes.Load() != 3 {
+		t.Fatalf("after Retain: cached %v, %d closed; want [%s], 3", got, st.closes.Load(), adds[3].Path)
+	}
+	var none *FileCache
+	none.Forget(adds[3].Path)
+	none.Retain(func(string) bool { return false })
+}
+
+func sortedPaths(adds ...*delta.Add) []string {
+	var out []string
+	for _, a := range adds {
+		out = append(out, a.Path)
+	}
+	sort.Strings(out)
+	return out
 }
