@@ -1288,6 +1288,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	}
 	if caught != nil {
 		e.logRefreshed(t, caught)
+		e.metrics.indexRefreshed(t.cfg.Name, caught.Rebuilt)
 	}
 	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
 	for _, c := range late {

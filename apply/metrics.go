@@ -38,6 +38,7 @@ type Metrics struct {
 	sourceTime    *prometheus.GaugeVec
 	purgeHorizon  *prometheus.GaugeVec
 	tableRows     *prometheus.GaugeVec
+	indexRefresh  *prometheus.CounterVec
 	freshness     *prometheus.Desc
 
 	kafka *kprom.Metrics
@@ -102,6 +103,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tableRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_rows",
 			Help: "Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start."},
 			[]string{"table", "state"}),
+		indexRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_key_index_refreshes_total",
+			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change)."},
+			[]string{"table", "how"}),
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
 		kafka:     kprom.NewMetrics("cdcapply_kafka", kprom.Registerer(reg)),
@@ -111,7 +115,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		freshAsOf: map[string]time.Time{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed,
-		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, freshnessCollector{m})
+		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.indexRefresh, freshnessCollector{m})
 	return m
 }
 
@@ -151,6 +155,18 @@ func (m *Metrics) rowsHeld(table string, keys, tombstones int) {
 	}
 	m.tableRows.WithLabelValues(table, "live").Set(float64(keys - tombstones))
 	m.tableRows.WithLabelValues(table, "tombstone").Set(float64(tombstones))
+}
+
+// indexRefreshed counts a key index that followed other writers' commits.
+func (m *Metrics) indexRefreshed(table string, rebuilt bool) {
+	if m == nil {
+		return
+	}
+	how := "caught_up"
+	if rebuilt {
+		how = "rebuilt"
+	}
+	m.indexRefresh.WithLabelValues(table, how).Inc()
 }
 
 // tableHalted flips the table's state to halted with the reason class.

@@ -21,6 +21,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/maintenance"
 	"github.com/cdcapply/cdcapply/tombstone"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // pgChange is a Debezium PostgreSQL change event of orders(id int, status
@@ -53,7 +54,7 @@ func pgChange(id int, lsn int64, op, status string) (key, value []byte) {
 // runEngine runs the apply engine on one table until stop is called.
 func runEngine(t *testing.T, brokers []string, dir, group, connector string) (stop func()) {
 	t.Helper()
-	return runEngineLogging(t, brokers, dir, group, connector, io.Discard)
+	return runEngineLogging(t, brokers, dir, group, connector, io.Discard, nil)
 }
 
 // lockedLog is a log the engine's goroutines write while the test reads.
@@ -74,8 +75,9 @@ func (l *lockedLog) String() string {
 	return l.b.String()
 }
 
-// runEngineLogging is runEngine with the engine's log written to w.
-func runEngineLogging(t *testing.T, brokers []string, dir, group, connector string, w io.Writer) (stop func()) {
+// runEngineLogging is runEngine with the engine's log written to w and,
+// when reg is set, its metrics registered there.
+func runEngineLogging(t *testing.T, brokers []string, dir, group, connector string, w io.Writer, reg *prometheus.Registry) (stop func()) {
 	t.Helper()
 	yaml := fmt.Sprintf(`
 pipeline: {id: shop}
@@ -88,7 +90,11 @@ tables:
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := apply.NewEngine(cfg, apply.Logger(slog.New(slog.NewTextHandler(w, nil))))
+	opts := []apply.EngineOption{apply.Logger(slog.New(slog.NewTextHandler(w, nil)))}
+	if reg != nil {
+		opts = append(opts, apply.WithMetrics(apply.NewMetrics(reg)))
+	}
+	e, err := apply.NewEngine(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +211,8 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	defer cl.Close()
 	dir := t.TempDir() + "/orders"
 	var log lockedLog
-	stop := runEngineLogging(t, c.ListenAddrs(), dir, "g", "postgresql", &log)
+	reg := prometheus.NewRegistry()
+	stop := runEngineLogging(t, c.ListenAddrs(), dir, "g", "postgresql", &log, reg)
 	defer stop()
 	oracle := map[int]string{}
 	next, lsn := int64(0), int64(0)
@@ -251,6 +258,26 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	}
 	if strings.Contains(logged, "key index built again") {
 		t.Fatalf("a compaction made the engine rebuild its key index instead of catching up:\n%s", logged)
+	}
+	refreshes := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "cdcapply_key_index_refreshes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "how" {
+					refreshes[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if caught := strings.Count(logged, "key index caught up"); refreshes["caught_up"] != float64(caught) || refreshes["rebuilt"] != 0 {
+		t.Fatalf("cdcapply_key_index_refreshes_total %v; the log says %d catch-ups and no rebuild", refreshes, caught)
 	}
 	var want []string
 	for id, s := range oracle {
