@@ -348,7 +348,9 @@ func TestRefreshCatchesUpWithOtherWriters(t *testing.T) {
 // table's metadata makes Refresh rebuild the index (and say why); one
 // that adds a second row for a held key makes it fail, naming the key,
 // and the applier then refuses batches instead of applying on an index
-// that describes no version of the table.
+// that describes no version of the table, until a Reload (the engine's
+// resync) reopens it. Reload also reopens after a dropped batch that
+// evolved the layout, and reads nothing when nothing changed.
 func TestRefreshRebuildsWhenItMust(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
@@ -401,6 +403,44 @@ func TestRefreshRebuildsWhenItMust(t *testing.T) {
 	}
 	if err := a.Open(ctx); err == nil {
 		t.Fatal("open of a table with two rows for one key succeeded")
+	}
+
+	// The other writer takes its file back: a resync's Reload reopens
+	// (the applier is broken, a catch-up cannot be trusted) and batches
+	// apply again.
+	snap, err = table.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx = table.Begin(snap)
+	tx.RemoveFile(add, true)
+	if _, err := tx.Commit(ctx, "DELETE", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.Reload(ctx)
+	if err != nil || r == nil || !r.Rebuilt || !strings.Contains(r.Reason, "refresh failed") {
+		t.Fatalf("reload of a broken applier: %+v, %v: want a rebuild", r, err)
+	}
+	if _, err := a.Apply(ctx, &Batch{Changes: stream[50:60], Read: 10, Ranges: rng(50, 60)}); err != nil {
+		t.Fatal(err)
+	}
+	sameAsRebuilt(t, store, a, CopyOnWrite, "after the reload")
+
+	// A dropped batch that evolved the layout: Reload reopens, and the
+	// layout is the table's again.
+	if err := a.Evolve([]delta.StructField{{Name: "note", Type: delta.String}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.Reload(ctx)
+	if err != nil || r == nil || !r.Rebuilt || !strings.Contains(r.Reason, "schema") {
+		t.Fatalf("reload after an evolution: %+v, %v: want a rebuild", r, err)
+	}
+	if _, ok := a.Layout().Column("note"); ok {
+		t.Fatal("the dropped batch's column is still in the layout")
+	}
+	// Nothing changed since: a reload reads nothing.
+	if r, err := a.Reload(ctx); r != nil || err != nil {
+		t.Fatalf("reload with nothing new: %+v, %v", r, err)
 	}
 }
 

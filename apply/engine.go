@@ -950,7 +950,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		if !e.settle(ctx, t) {
 			return // resynced, which reopened the table
 		}
-		if err := t.applier.Open(ctx); err != nil {
+		if err := e.reload(ctx, t); err != nil {
 			e.halt(t, "open", err)
 			return
 		}
@@ -1454,9 +1454,24 @@ func (e *Engine) buildProgress(table string, every time.Duration) BuildProgress 
 	}
 }
 
-// logRefreshed says how a table caught up with other writers' commits
-// (a purge, an optimize, a restore): what the key index read and dropped,
-// or why it was built again.
+// reload brings a table's applier to the table's latest version for a
+// resync or a new assignment (TableApplier.Reload), saying what it did.
+func (e *Engine) reload(ctx context.Context, t *tableRun) error {
+	r, err := t.applier.Reload(ctx)
+	if err != nil {
+		return err
+	}
+	if r != nil {
+		e.logRefreshed(t, r)
+		e.metrics.indexRefreshed(t.cfg.Name, r.Rebuilt)
+	}
+	return nil
+}
+
+// logRefreshed says how a table's key index followed the table: caught
+// up with other writers' commits (a purge, an optimize, a restore,
+// another instance), with what it read and dropped, or built again, and
+// why.
 func (e *Engine) logRefreshed(t *tableRun, r *Refreshed) {
 	attrs := []any{"table", t.cfg.Name, "from_version", r.From, "to_version", r.To, "took", r.Took.Round(time.Millisecond)}
 	if r.Rebuilt {
@@ -1464,7 +1479,7 @@ func (e *Engine) logRefreshed(t *tableRun, r *Refreshed) {
 		if ix := t.applier.index; ix != nil {
 			keys = ix.Len()
 		}
-		e.log.Info("other writers committed; key index built again from every file", append(attrs, "reason", r.Reason, "keys", keys)...)
+		e.log.Info("key index built again from every file", append(attrs, "reason", r.Reason, "keys", keys)...)
 		return
 	}
 	e.log.Info("other writers committed; key index caught up", append(attrs,
@@ -1482,7 +1497,7 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 		e.log.Warn("not resynced: shutting down; the table's positions are where a restart reads from", "table", t.cfg.Name)
 		return
 	}
-	if err := t.applier.Open(ctx); err != nil {
+	if err := e.reload(ctx, t); err != nil {
 		e.halt(t, "open", err)
 		return
 	}

@@ -104,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start."},
 			[]string{"table", "state"}),
 		indexRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_key_index_refreshes_total",
-			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change)."},
+			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change, a resync the applier's state could not be trusted for)."},
 			[]string{"table", "how"}),
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),

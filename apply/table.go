@@ -276,6 +276,42 @@ func (a *TableApplier) Refresh(ctx context.Context) (*Refreshed, error) {
 	return a.rebuilt(ctx, r, started)
 }
 
+// Reload brings the applier to the table's latest version after its
+// batch was dropped (a conflict, fencing, a failed write: the engine's
+// resync) or its partitions were assigned again (another instance may
+// have written meanwhile). A failed commit leaves the key index as it was
+// before the batch, so catching up with the commits since (Refresh) is
+// enough and a large table is not read whole again for every conflict or
+// rebalance; the table is reopened when the applier's state cannot be
+// trusted (a failed refresh), when the layout has columns the table lacks
+// (a batch that evolved the schema was dropped: it is read again and
+// evolves again) or when the table did not exist.
+func (a *TableApplier) Reload(ctx context.Context) (*Refreshed, error) {
+	var reason string
+	switch {
+	case a.broken != nil:
+		reason = "a refresh failed to reopen it"
+	case a.snap == nil || a.index == nil:
+		reason = "no table was open"
+	case a.evolved:
+		reason = "the dropped batch changed the schema"
+	default:
+		return a.Refresh(ctx)
+	}
+	started := time.Now()
+	from := int64(-1)
+	if a.snap != nil {
+		from = a.snap.Version
+	}
+	if err := a.Open(ctx); err != nil {
+		return nil, err
+	}
+	if a.snap == nil {
+		return nil, nil
+	}
+	return &Refreshed{From: from, To: a.snap.Version, Rebuilt: true, Reason: reason, Took: time.Since(started)}, nil
+}
+
 // rebuilt reopens the table for Refresh. On failure the applier refuses
 // batches until Open succeeds: its key index may describe no version.
 func (a *TableApplier) rebuilt(ctx context.Context, r *Refreshed, started time.Time) (*Refreshed, error) {
