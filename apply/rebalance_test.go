@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,6 +242,14 @@ func TestRebalanceAndZombie(t *testing.T) {
 	opened := regexp.MustCompile(`msg="table opened, key index built" table=orders version=\d+ files=[1-9]\d* keys=([1-9]\d*) took=`)
 	if !opened.MatchString(logB.String()) {
 		t.Error("instance B's start did not report the table and key index it opened")
+	}
+	// Each instance followed the other's commits (before its flushes,
+	// after the fence, on reassignment) by catching its key index up,
+	// never by building it again.
+	for name, log := range map[string]string{"A": logA.String(), "B": logB.String()} {
+		if strings.Contains(log, "key index built again") || !strings.Contains(log, "key index caught up") {
+			t.Errorf("instance %s: %d key index catch-ups, rebuilt: %v", name, strings.Count(log, "key index caught up"), strings.Contains(log, "key index built again"))
+		}
 	}
 	if t.Failed() {
 		t.Logf("instance A's log:\n%s", logA.String())
