@@ -226,6 +226,24 @@ func liveRows(rows []string) []string {
 	return out
 }
 
+// sameLiveRows fails unless the table's live rows are the oracle's (a
+// purge removes tombstones, so only live rows are compared).
+func sameLiveRows(t *testing.T, store storage.Storage, oracle ordersOracle) {
+	t.Helper()
+	rows, _ := tableState(t, store)
+	if got, want := liveRows(rows), liveRows(oracle.rows()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("live rows\n got %v\nwant %v", got, want)
+	}
+}
+
+// purgeable gives a stream's changes source times in 2020, older than
+// any purge's cut-off, so a purge removes their tombstones.
+func purgeable(stream []*Change) {
+	for i, c := range stream {
+		c.SourceTsMicros = 1_600_000_000_000_000 + int64(i)
+	}
+}
+
 // TestRefreshCatchesUpWithOtherWriters: between the stream's batches,
 // other writers commit: a tombstone purge, an optimize, another instance
 // taking the partition for a batch (merge-on-read: a new deletion vector
@@ -243,9 +261,7 @@ func TestRefreshCatchesUpWithOtherWriters(t *testing.T) {
 			table := delta.Open(store)
 			a := refApplier(t, store, mode)
 			stream, oracle := keyedStream(400, 200, 21)
-			for i, c := range stream { // in 2020: older than any purge's cut-off
-				c.SourceTsMicros = 1_600_000_000_000_000 + int64(i)
-			}
+			purgeable(stream)
 			tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
 			applyBy := func(w *TableApplier, from, to int) {
 				t.Helper()
@@ -336,10 +352,7 @@ func TestRefreshCatchesUpWithOtherWriters(t *testing.T) {
 				applyBy(a, from, min(from+25, len(stream)))
 			}
 			sameAsRebuilt(t, store, a, mode, "at the end")
-			rows, _ := tableState(t, store)
-			if got, want := liveRows(rows), liveRows(oracle.rows()); !reflect.DeepEqual(got, want) {
-				t.Fatalf("live rows\n got %v\nwant %v", got, want)
-			}
+			sameLiveRows(t, store, oracle)
 		})
 	}
 }
@@ -456,9 +469,7 @@ func TestCommitPastOtherWritersCatchesUp(t *testing.T) {
 			store := storage.NewLocal(t.TempDir())
 			a := refApplier(t, store, mode)
 			stream, oracle := keyedStream(200, 60, 8)
-			for i, c := range stream {
-				c.SourceTsMicros = 1_600_000_000_000_000 + int64(i)
-			}
+			purgeable(stream)
 			for from := 0; from < 100; from += 25 {
 				if _, err := a.Apply(ctx, &Batch{Changes: stream[from : from+25], Read: 25, Ranges: rng(int64(from), int64(from+25))}); err != nil {
 					t.Fatal(err)
@@ -491,10 +502,7 @@ func TestCommitPastOtherWritersCatchesUp(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rows, _ := tableState(t, store)
-			if got, want := liveRows(rows), liveRows(oracle.rows()); !reflect.DeepEqual(got, want) {
-				t.Fatalf("live rows\n got %v\nwant %v", got, want)
-			}
+			sameLiveRows(t, store, oracle)
 		})
 	}
 }
