@@ -54,7 +54,7 @@ func pgChange(id int, lsn int64, op, status string) (key, value []byte) {
 // runEngine runs the apply engine on one table until stop is called.
 func runEngine(t *testing.T, brokers []string, dir, group, connector string) (stop func()) {
 	t.Helper()
-	return runEngineLogging(t, brokers, dir, group, connector, io.Discard, nil)
+	return runEngineLogging(t, brokers, dir, group, connector, "", io.Discard, nil)
 }
 
 // lockedLog is a log the engine's goroutines write while the test reads.
@@ -75,17 +75,21 @@ func (l *lockedLog) String() string {
 	return l.b.String()
 }
 
-// runEngineLogging is runEngine with the engine's log written to w and,
-// when reg is set, its metrics registered there.
-func runEngineLogging(t *testing.T, brokers []string, dir, group, connector string, w io.Writer, reg *prometheus.Registry) (stop func()) {
+// runEngineLogging is runEngine with the table's write_mode (empty: the
+// default), the engine's log written to w and, when reg is set, its
+// metrics registered there.
+func runEngineLogging(t *testing.T, brokers []string, dir, group, connector, mode string, w io.Writer, reg *prometheus.Registry) (stop func()) {
 	t.Helper()
+	if mode == "" {
+		mode = string(apply.CopyOnWrite)
+	}
 	yaml := fmt.Sprintf(`
 pipeline: {id: shop}
 kafka: {brokers: [%s], group: %s}
 defaults: {flush: {max_latency: 50ms}}
 tables:
-  - {name: orders, topic: orders, location: %s, connector: %s}
-`, strings.Join(brokers, ", "), group, dir, connector)
+  - {name: orders, topic: orders, location: %s, connector: %s, write_mode: %s}
+`, strings.Join(brokers, ", "), group, dir, connector, mode)
 	cfg, err := apply.ParseConfig("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -195,10 +199,17 @@ func TestRestoreAndReplayThroughEngine(t *testing.T) {
 }
 
 // TestOptimizeAlongsideEngine compacts the table again and again while the
-// engine applies inserts and updates: the engine never halts, every
-// compaction either commits or gives up after conflicts, and the table
-// ends equal to the oracle (read by delta-rs too).
+// engine applies inserts and updates, in both write modes: the engine
+// never halts, every compaction either commits or gives up after
+// conflicts, the engine's key index follows each by catching up (never a
+// rebuild), and the table ends equal to the oracle (read by delta-rs too).
 func TestOptimizeAlongsideEngine(t *testing.T) {
+	for _, mode := range []apply.MergeMode{apply.CopyOnWrite, apply.MergeOnRead} {
+		t.Run(string(mode), func(t *testing.T) { optimizeAlongsideEngine(t, mode) })
+	}
+}
+
+func optimizeAlongsideEngine(t *testing.T, mode apply.MergeMode) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +223,7 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	dir := t.TempDir() + "/orders"
 	var log lockedLog
 	reg := prometheus.NewRegistry()
-	stop := runEngineLogging(t, c.ListenAddrs(), dir, "g", "postgresql", &log, reg)
+	stop := runEngineLogging(t, c.ListenAddrs(), dir, "g", "postgresql", string(mode), &log, reg)
 	defer stop()
 	oracle := map[int]string{}
 	next, lsn := int64(0), int64(0)
@@ -287,7 +298,11 @@ func TestOptimizeAlongsideEngine(t *testing.T) {
 	if got := rows(t, dir); !same(got, want) {
 		t.Fatalf("after %d compactions alongside the stream: %v, want %v", committed, got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	read := deltaRSRows
+	if mode == apply.MergeOnRead {
+		read = deltaRSRowsDV
+	}
+	if got := read(t, dir); !same(got, want) {
 		t.Fatalf("delta-rs: %v, want %v", got, want)
 	}
 }

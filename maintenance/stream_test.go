@@ -130,10 +130,22 @@ func rows(t *testing.T, dir string) []string {
 // deleted" per row, sorted.
 func deltaRSRows(t *testing.T, dir string) []string {
 	t.Helper()
+	return deltaRSRowsWith(t, dir, filepath.Join("..", "delta", "interop", "testdata", "read_table.py"))
+}
+
+// deltaRSRowsDV is deltaRSRows through delta-rs's query engine, the read
+// path that applies deletion vectors (a merge-on-read table).
+func deltaRSRowsDV(t *testing.T, dir string) []string {
+	t.Helper()
+	return deltaRSRowsWith(t, dir, filepath.Join("..", "apply", "testdata", "read_dv_table.py"))
+}
+
+func deltaRSRowsWith(t *testing.T, dir, script string) []string {
+	t.Helper()
 	py := python(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join("..", "delta", "interop", "testdata", "read_table.py"), dir)
+	cmd := exec.CommandContext(ctx, py, script, dir)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
