@@ -241,6 +241,8 @@ func (a *TableApplier) Refresh(ctx context.Context) (*Refreshed, error) {
 	if a.snap == nil {
 		if _, err := a.table.Snapshot(ctx); errors.Is(err, delta.ErrNoTable) {
 			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("refresh table %s: %w", a.name, err)
 		}
 		r := &Refreshed{From: -1, Rebuilt: true, Reason: "another writer created the table"}
 		return a.rebuilt(ctx, r, started)
