@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -47,7 +49,7 @@ func createTopic(ctx context.Context, adm *kadm.Client, parts int32, replication
 		switch {
 		case err == nil || errors.Is(err, kerr.TopicAlreadyExists):
 			return nil
-		case !errors.Is(err, kerr.InvalidReplicationFactor) && !errors.Is(err, kerr.BrokerNotAvailable) && !errors.Is(err, kerr.NotController):
+		case !brokerNotReady(err):
 			return fmt.Errorf("create topic %s: %w", topic, err)
 		}
 		if brokers, lerr := adm.ListBrokers(ctx); lerr == nil && len(brokers) > 0 && int(replicationFactor) > len(brokers) {
@@ -62,6 +64,16 @@ func createTopic(ctx context.Context, adm *kadm.Client, parts int32, replication
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// brokerNotReady reports whether a topic creation failed because the
+// cluster is starting, restarting or electing (asking again may succeed):
+// the broker refuses connections while it restarts, and after it is up it
+// cannot place replicas until it has registered with the controller.
+func brokerNotReady(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, kerr.InvalidReplicationFactor) || errors.Is(err, kerr.BrokerNotAvailable) || errors.Is(err, kerr.NotController) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.As(err, &op)
 }
 
 // ProduceStats measures a Produce run.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -228,5 +229,42 @@ func TestCreateTopicWaitsForBrokers(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("took %s to refuse a replication factor the cluster cannot have", time.Since(start))
+	}
+}
+
+// TestCreateTopicWaitsForARestartingBroker: while the broker refuses
+// connections (restarting: another test of the same CI run restarts the
+// shared real broker), createTopic asks again until it is back.
+func TestCreateTopicWaitsForARestartingBroker(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fmt.Sprintf("127.0.0.1:%d", port)), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- createTopic(ctx, kadm.NewClient(cl), 2, 1, "after-restart") }()
+	select {
+	case err := <-done:
+		t.Fatalf("createTopic returned while nothing listened: %v", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("after the broker came up: %v", err)
+	}
+	if tds, err := kadm.NewClient(cl).ListTopics(ctx, "after-restart"); err != nil || len(tds["after-restart"].Partitions) != 2 {
+		t.Fatalf("topic after the restart: %v %v", tds, err)
 	}
 }
