@@ -1286,10 +1286,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 		e.resync(ctx, t)
 		return false
 	}
-	if caught != nil {
-		e.logRefreshed(t, caught)
-		e.metrics.indexRefreshed(t.cfg.Name, caught.Rebuilt)
-	}
+	e.noteRefreshed(t, caught)
 	late, kept := t.applier.LateBeyondHorizon(t.buf.changes)
 	for _, c := range late {
 		if c.Raw() == nil {
@@ -1461,18 +1458,19 @@ func (e *Engine) reload(ctx context.Context, t *tableRun) error {
 	if err != nil {
 		return err
 	}
-	if r != nil {
-		e.logRefreshed(t, r)
-		e.metrics.indexRefreshed(t.cfg.Name, r.Rebuilt)
-	}
+	e.noteRefreshed(t, r)
 	return nil
 }
 
-// logRefreshed says how a table's key index followed the table: caught
-// up with other writers' commits (a purge, an optimize, a restore,
-// another instance), with what it read and dropped, or built again, and
-// why.
-func (e *Engine) logRefreshed(t *tableRun, r *Refreshed) {
+// noteRefreshed logs and counts how a table's key index followed the
+// table (nil: nothing changed): caught up with other writers' commits (a
+// purge, an optimize, a restore, another instance), with what it read and
+// dropped, or built again, and why.
+func (e *Engine) noteRefreshed(t *tableRun, r *Refreshed) {
+	if r == nil {
+		return
+	}
+	e.metrics.indexRefreshed(t.cfg.Name, r.Rebuilt)
 	attrs := []any{"table", t.cfg.Name, "from_version", r.From, "to_version", r.To, "took", r.Took.Round(time.Millisecond)}
 	if r.Rebuilt {
 		keys := 0
