@@ -88,18 +88,76 @@ func (ix *KeyIndex) CatchUp(ctx context.Context, snap *delta.Snapshot, rf RowFil
 			st.gone = append(st.gone, p)
 		}
 	}
-	for i := 0; i < ix.entries.n; {
-		if !isGone(ix.entries.at(i).file) {
-			i++
-			continue
-		}
-		// The last entry moves to i: look at i again.
-		if err := ix.remove(i); err != nil {
-			return st, fmt.Errorf("catch up the key index with version %d: %w", snap.Version, err)
-		}
-		st.KeysDropped++
+	dropped, err := ix.dropKeys(isGone)
+	st.KeysDropped = dropped
+	if err != nil {
+		return st, fmt.Errorf("catch up the key index with version %d: %w", snap.Version, err)
 	}
 	return st, nil
+}
+
+// dropKeys drops every key whose file gone says left the table and
+// returns how many. A few are removed one by one (remove: the cost
+// follows them, not the index); when they are at least an eighth of the
+// index (a purge of most tombstones, a restore to an early version), the
+// kept entries are packed down in one pass and the slot table is built
+// again, which costs a pass over the index but not a probe run per key.
+// Either way the slot table then shrinks to what the keys left need once
+// it is four times that: a large purge returns the index's memory to
+// what a restart would build, instead of keeping the slots of the keys
+// the table held before.
+func (ix *KeyIndex) dropKeys(gone func(fileID) bool) (int, error) {
+	dropped := 0
+	for i := range ix.entries.n {
+		if gone(ix.entries.at(i).file) {
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		return 0, nil
+	}
+	if dropped*8 < ix.entries.n {
+		for i := 0; i < ix.entries.n; {
+			if !gone(ix.entries.at(i).file) {
+				i++
+				continue
+			}
+			// The last entry moves to i: look at i again.
+			if err := ix.remove(i); err != nil {
+				return 0, err
+			}
+		}
+		if size := slotsFor(ix.entries.n); len(ix.slots) >= 4*size {
+			ix.rehash(size)
+		}
+		return dropped, nil
+	}
+	kept := 0
+	for i := range ix.entries.n {
+		e := *ix.entries.at(i)
+		if !gone(e.file) {
+			*ix.entries.at(kept) = e
+			kept++
+			continue
+		}
+		key, seq := ix.record(i)
+		ix.garbage += recordLen(len(key), len(seq))
+		if e.off&deletedBit != 0 {
+			ix.tombstones--
+		}
+	}
+	for ix.entries.n > kept {
+		ix.entries.pop()
+	}
+	size := slotsFor(kept)
+	if len(ix.slots) < 4*size {
+		size = len(ix.slots) // not sparse enough to shrink: rebuilt in place of the same size
+	}
+	ix.rehash(size)
+	if ix.garbage > 1<<20 && ix.garbage > ix.arena.size()/2 {
+		return dropped, ix.compact()
+	}
+	return dropped, nil
 }
 
 // pathOf names a file for messages.

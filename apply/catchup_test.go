@@ -137,6 +137,115 @@ func TestKeyIndexRemove(t *testing.T) {
 	}
 }
 
+// TestDropKeysShrinks: a catch-up's drop of the keys of gone files, by
+// both of its ways (one by one when few, packed in one pass when at
+// least an eighth of the index), leaves every other key as it was,
+// finds none of the dropped ones, keeps one reachable slot per entry and
+// the tombstone count, and shrinks the slot table to what a build would
+// make once it is four times that. The keys are of varying length and
+// some sequences changed length, so records sit anywhere in the arena;
+// keys are spread over files so that every part of the entries moves.
+func TestDropKeysShrinks(t *testing.T) {
+	type want struct {
+		seq     string
+		deleted bool
+		row     int64
+		file    fileID
+	}
+	key := func(n int) string { return fmt.Sprintf("k%d-%s", n, strings.Repeat("y", n%7)) }
+	build := func(t *testing.T, ix *KeyIndex, n, files int) map[string]want {
+		t.Helper()
+		held := map[string]want{}
+		rng := rand.New(rand.NewPCG(uint64(n), uint64(files)))
+		for i := range n {
+			w := want{seq: string(pgSeq(uint64(1 + rng.IntN(1<<20)))), deleted: rng.IntN(4) == 0, row: int64(i / files), file: fileID(i % files)}
+			if err := ix.upsert(key(i), []byte(w.seq), w.deleted, w.file, w.row); err != nil {
+				t.Fatal(err)
+			}
+			held[key(i)] = w
+		}
+		for i := 0; i < n; i += 3 { // a sequence of another length moves the record
+			w := held[key(i)]
+			w.seq = string(pgSeq(uint64(1<<40 + i)))
+			if err := ix.upsert(key(i), []byte(w.seq), w.deleted, w.file, w.row); err != nil {
+				t.Fatal(err)
+			}
+			held[key(i)] = w
+		}
+		return held
+	}
+	drop := func(t *testing.T, ix *KeyIndex, held map[string]want, gone map[fileID]bool, wantSlots int) {
+		t.Helper()
+		wantDropped := 0
+		for k, w := range held {
+			if gone[w.file] {
+				delete(held, k)
+				wantDropped++
+			}
+		}
+		dropped, err := ix.dropKeys(func(f fileID) bool { return gone[f] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dropped != wantDropped || ix.Len() != len(held) {
+			t.Fatalf("dropped %d keys, %d held; want %d and %d", dropped, ix.Len(), wantDropped, len(held))
+		}
+		tombs := 0
+		for k, w := range held {
+			e, ok := ix.lookup(k)
+			if !ok || string(e.seq) != w.seq || e.deleted != w.deleted || e.file != w.file || e.row != w.row {
+				t.Fatalf("key %q: %+v %v, want %+v", k, e, ok, w)
+			}
+			if w.deleted {
+				tombs++
+			}
+		}
+		if ix.Tombstones() != tombs {
+			t.Fatalf("%d tombstones counted, want %d", ix.Tombstones(), tombs)
+		}
+		for i := range ix.entries.n {
+			if gone[ix.entries.at(i).file] {
+				t.Fatalf("entry %d is still in a gone file", i)
+			}
+		}
+		checkSlots(t, ix)
+		if len(ix.slots) != wantSlots {
+			t.Fatalf("%d slots for %d keys, want %d", len(ix.slots), ix.Len(), wantSlots)
+		}
+	}
+	t.Run("few-then-most", func(t *testing.T) {
+		ix := NewKeyIndex(scaleLayout)
+		held := build(t, ix, 40_000, 10)
+		if len(ix.slots) != 65536 {
+			t.Fatalf("%d slots for 40k keys, want 65536", len(ix.slots))
+		}
+		// A tenth: one by one; 36k keys still need 65536 slots.
+		drop(t, ix, held, map[fileID]bool{3: true}, 65536)
+		// Eight of the nine files left: packed, and 4k keys need 8192.
+		drop(t, ix, held, map[fileID]bool{0: true, 1: true, 2: true, 4: true, 5: true, 6: true, 7: true, 8: true}, 8192)
+		// The rest: an empty index of the smallest table.
+		drop(t, ix, held, map[fileID]bool{9: true}, 16)
+		// It still takes keys.
+		held = build(t, ix, 1000, 2)
+		drop(t, ix, held, map[fileID]bool{0: true}, 2048)
+	})
+	t.Run("packed-not-sparse", func(t *testing.T) {
+		ix := NewKeyIndex(scaleLayout)
+		held := build(t, ix, 20_000, 4)
+		// A quarter: packed, but 15k keys still need the 32768 slots.
+		drop(t, ix, held, map[fileID]bool{2: true}, 32768)
+	})
+	t.Run("few-from-a-sparse-table", func(t *testing.T) {
+		// A table reserved for more rows than it holds keys (rows its
+		// deletion vectors hide count in numRecords): a small drop
+		// shrinks it too.
+		ix := NewKeyIndex(scaleLayout)
+		ix.reserve(100_000)
+		held := build(t, ix, 1000, 10)
+		drop(t, ix, held, map[fileID]bool{5: true}, 2048)
+	})
+}
+
 // indexDump is what an index says of each key, with its file named by
 // path and deletion vector, and of the files it knows.
 func indexDump(t *testing.T, ix *KeyIndex) (map[string]string, []string) {

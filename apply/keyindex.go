@@ -181,6 +181,17 @@ func (ix *KeyIndex) Len() int { return ix.entries.n }
 // Tombstones is the number of keys whose row is a tombstone (soft-deleted).
 func (ix *KeyIndex) Tombstones() int { return ix.tombstones }
 
+// slotsFor is the size of the slot table a build makes for n keys: the
+// smallest power of two, 16 at least, whose load with n keys is at most
+// 3/4 (the load at which insert doubles it).
+func slotsFor(n int) int {
+	size := 16
+	for size*3/4 < n {
+		size *= 2
+	}
+	return size
+}
+
 // reserve sizes the slot table for n keys without regrowing.
 func (ix *KeyIndex) reserve(n int) {
 	size := len(ix.slots)

@@ -700,9 +700,11 @@ func BenchmarkKeyIndexApply(b *testing.B) {
 // rewritten without 1,000 of its rows. "catch-up" is Refresh (the key
 // index reads the one new file and drops the 1,000 keys); "rebuild" is
 // what Refresh did before the catch-up existed, the table reopened and
-// its index built again from every file. Each reports the wall and CPU
-// time, the bytes allocated, and the heap's peak over the heap before
-// (which holds the applier's index).
+// its index built again from every file. "catch-up-most" and
+// "rebuild-most" follow a purge of most of the table instead: nine files
+// in ten removed whole. Each reports the wall and CPU time, the bytes
+// allocated, the heap's peak over the heap before (which holds the
+// applier's index), and the index's slot table after.
 //
 //	go test ./apply -run XXX -bench RefreshAfterPurge -benchtime 3x -count 6
 func BenchmarkRefreshAfterPurge(b *testing.B) {
@@ -713,13 +715,18 @@ func BenchmarkRefreshAfterPurge(b *testing.B) {
 			b.Fatalf("CDCAPPLY_BENCH_REFRESH_ROWS=%q: want a row count of at least %d", v, 2*scalePerFile)
 		}
 	}
-	const purged = 1_000
 	ctx := context.Background()
 	src := scaleTable(b, n, 0)
-	for _, how := range []string{"catch-up", "rebuild"} {
+	for _, how := range []string{"catch-up", "rebuild", "catch-up-most", "rebuild-most"} {
+		most := strings.HasSuffix(how, "-most")
+		purged := 1_000
+		if most {
+			purged = n - n/10
+		}
 		b.Run(how, func(b *testing.B) {
 			var cpu time.Duration
 			var allocated, peak uint64
+			var slots int
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				store := storage.NewLocal(cloneTable(b, src))
@@ -728,7 +735,11 @@ func BenchmarkRefreshAfterPurge(b *testing.B) {
 				if err := a.Open(ctx); err != nil {
 					b.Fatal(err)
 				}
-				purgeShaped(b, store, a.Snapshot(), purged)
+				if most {
+					purgeFiles(b, store, a.Snapshot(), purged/scalePerFile)
+				} else {
+					purgeShaped(b, store, a.Snapshot(), purged)
+				}
 				var ms0, ms1 runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&ms0)
@@ -736,7 +747,7 @@ func BenchmarkRefreshAfterPurge(b *testing.B) {
 				cpu0 := cpuTime()
 				var err error
 				p, _ := heapPeak(func() {
-					if how == "catch-up" {
+					if !strings.HasPrefix(how, "rebuild") {
 						var r *Refreshed
 						if r, err = a.Refresh(ctx); err == nil && (r == nil || r.Rebuilt) {
 							err = fmt.Errorf("refresh %+v: not a catch-up", r)
@@ -756,12 +767,27 @@ func BenchmarkRefreshAfterPurge(b *testing.B) {
 				}
 				allocated += ms1.TotalAlloc - ms0.TotalAlloc
 				peak = max(peak, p)
+				slots = len(a.index.slots)
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(allocated)/float64(b.N)/(1<<20), "alloc-MiB/op")
 			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(slots*8)/(1<<20), "slots-MiB")
 		})
+	}
+}
+
+// purgeFiles commits, as another writer, the removal of the first k files
+// of snap (a purge that found nothing but tombstones in them).
+func purgeFiles(b *testing.B, store storage.Storage, snap *delta.Snapshot, k int) {
+	b.Helper()
+	tx := delta.Open(store).Begin(snap)
+	for _, add := range snap.Files()[:k] {
+		tx.RemoveFile(add, true)
+	}
+	if _, err := tx.Commit(context.Background(), "DELETE", nil); err != nil {
+		b.Fatal(err)
 	}
 }
 
