@@ -93,6 +93,7 @@ func (ix *KeyIndex) CatchUp(ctx context.Context, snap *delta.Snapshot, rf RowFil
 	if err != nil {
 		return st, fmt.Errorf("catch up the key index with version %d: %w", snap.Version, err)
 	}
+	ix.compactFiles()
 	return st, nil
 }
 

@@ -246,6 +246,57 @@ func TestDropKeysShrinks(t *testing.T) {
 	})
 }
 
+// TestFileIDsStayBounded: a merge-on-read stream of many small batches
+// takes a file id per batch while folding and a purge take files away;
+// the index numbers the live files again once gone ones hold most of the
+// ids, after its own commits and after a catch-up, so the ids stay
+// within twice the live files (filesCompactMin lowered to 8), and the
+// index still says what one built afresh says. Without the renumbering
+// the ids reach one per file ever added (about 150 here).
+func TestFileIDsStayBounded(t *testing.T) {
+	defer func(m int) { filesCompactMin = m }(filesCompactMin)
+	filesCompactMin = 8
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	a := refApplier(t, store, MergeOnRead)
+	stream, oracle := keyedStream(600, 50, 21)
+	purgeable(stream)
+	added, most := 0, 0
+	const size = 4
+	for from := 0; from < len(stream); from += size {
+		res, err := a.Apply(ctx, &Batch{Changes: stream[from : from+size], Read: size, Ranges: rng(int64(from), int64(from+size))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		added += res.Files.Added
+		most = max(most, len(a.index.files))
+		if live := len(a.index.byPath); len(a.index.files) > max(2*live, filesCompactMin)+size {
+			t.Fatalf("batch at %d: %d file ids for %d live files", from, len(a.index.files), live)
+		}
+		if from == len(stream)/2 {
+			sameAsRebuilt(t, store, a, MergeOnRead, "halfway")
+			pr, err := tombstone.Purge(ctx, delta.Open(store), tombstone.PurgeOptions{MaxLateness: time.Hour, Logger: quietLogger()})
+			if err != nil || pr.Rows == 0 {
+				t.Fatalf("purge %+v, %v: want tombstones purged", pr, err)
+			}
+			before := len(a.index.files)
+			r, err := a.Refresh(ctx)
+			if err != nil || r == nil || r.Rebuilt || r.CatchUp.KeysDropped == 0 {
+				t.Fatalf("refresh after the purge: %+v, %v: want a catch-up dropping keys", r, err)
+			}
+			if live := len(a.index.byPath); len(a.index.files) >= 2*live && len(a.index.files) >= filesCompactMin {
+				t.Fatalf("after the catch-up: %d file ids for %d live files (%d before)", len(a.index.files), live, before)
+			}
+			sameAsRebuilt(t, store, a, MergeOnRead, "after the purge's catch-up")
+		}
+	}
+	if added < 4*most {
+		t.Fatalf("%d files added, at most %d ids: the stream did not take ids faster than they are renumbered", added, most)
+	}
+	sameAsRebuilt(t, store, a, MergeOnRead, "at the end")
+	sameLiveRows(t, store, oracle)
+}
+
 // indexDump is what an index says of each key, with its file named by
 // path and deletion vector, and of the files it knows.
 func indexDump(t *testing.T, ix *KeyIndex) (map[string]string, []string) {

@@ -168,6 +168,44 @@ func numRecords(a *delta.Add) int64 {
 	return n
 }
 
+// filesCompactMin is the number of file ids below which compactFiles
+// leaves them be (tests lower it).
+var filesCompactMin = 1024
+
+// compactFiles numbers the live files from 0 again once gone files hold
+// most of the ids: every batch with a new file takes an id, and a folded,
+// optimized or purged file's stays behind as nil, so a stream running for
+// weeks would otherwise carry millions of them, in memory and in every
+// batch's pass over the files (foldCandidates) and every catch-up's. It
+// rewrites each entry's file, a pass over the index, so it runs at most
+// once per as many batches as there are live files (and filesCompactMin).
+// Only between batches: a plan names files by id.
+func (ix *KeyIndex) compactFiles() {
+	live := len(ix.byPath)
+	if len(ix.files) < filesCompactMin || len(ix.files) < 2*live {
+		return
+	}
+	remap := make([]fileID, len(ix.files))
+	files := make([]*delta.Add, 0, live)
+	for id, a := range ix.files {
+		remap[id] = noFile
+		if a != nil {
+			remap[id] = fileID(len(files))
+			files = append(files, a)
+		}
+	}
+	for i := range ix.entries.n {
+		e := ix.entries.at(i)
+		if e.file >= 0 && int(e.file) < len(remap) {
+			e.file = remap[e.file]
+		}
+	}
+	ix.files = files
+	for id, a := range files {
+		ix.byPath[a.Path] = fileID(id)
+	}
+}
+
 func (ix *KeyIndex) addFile(a *delta.Add) fileID {
 	id := fileID(len(ix.files))
 	ix.files = append(ix.files, a)

@@ -783,6 +783,9 @@ func (ix *KeyIndex) Apply(p *Plan) error {
 			}
 		}
 	}
+	if len(p.gone) > 0 {
+		ix.compactFiles()
+	}
 	return nil
 }
 
