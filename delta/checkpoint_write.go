@@ -47,11 +47,28 @@ func WriteCheckpoint(ctx context.Context, store storage.Storage, snap *Snapshot)
 // writeCheckpoint is WriteCheckpoint with the clock that decides which
 // tombstones have expired.
 func writeCheckpoint(ctx context.Context, store storage.Storage, snap *Snapshot, now time.Time) error {
-	retention, err := tableDuration(snap.Metadata.Configuration, propDeletedFileRetention, defaultDeletedFileRetention)
+	cutoff, err := tombstoneCutoff(snap, now)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
-	acts, nAdd := checkpointActions(snap, now.Add(-retention).UnixMilli())
+	return writeCheckpointCutoff(ctx, store, snap, cutoff)
+}
+
+// tombstoneCutoff is the deletion time (Unix ms) before which snap's
+// tombstones have expired at now: delta.deletedFileRetentionDuration
+// (default one week) earlier.
+func tombstoneCutoff(snap *Snapshot, now time.Time) (int64, error) {
+	retention, err := tableDuration(snap.Metadata.Configuration, propDeletedFileRetention, defaultDeletedFileRetention)
+	if err != nil {
+		return 0, err
+	}
+	return now.Add(-retention).UnixMilli(), nil
+}
+
+// writeCheckpointCutoff writes snap's checkpoint with the tombstones
+// deleted at or after cutoff (checkpointActions).
+func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff int64) error {
+	acts, nAdd := checkpointActions(snap, cutoff)
 	data, err := encodeCheckpoint(acts)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)

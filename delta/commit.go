@@ -430,11 +430,20 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 	}
 	res := &Committed{Version: version, Snapshot: snap, Retries: retries}
 	if interval := checkpointInterval(m); version > 0 && version%interval == 0 {
-		if err := WriteCheckpoint(ctx, tx.table.store, snap); err != nil {
+		cutoff, err := tombstoneCutoff(snap, tx.table.opts.clock())
+		if err == nil {
+			err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
+		}
+		if err != nil {
 			res.CheckpointErr = fmt.Errorf("checkpoint version %d of table %s: %w", version, loc, err)
 		} else {
+			// The snapshot goes on as a reader of the checkpoint would
+			// find it: without the tombstones it left out as expired.
+			// Kept, they stayed in memory for the writer's whole run,
+			// whatever delta.deletedFileRetentionDuration said.
 			withCkpt := *snap
 			withCkpt.checkpointVersion = version
+			withCkpt.tombstones = tombstonesSince(&snap.tombstones, cutoff)
 			res.Snapshot = &withCkpt
 			if err := CleanupExpiredLogs(ctx, tx.table.store, res.Snapshot, tx.table.opts.clock()); err != nil {
 				res.CheckpointErr = fmt.Errorf("clean up log of table %s after version %d: %w", loc, version, err)

@@ -668,3 +668,51 @@ func TestTombstonesCarryNoStats(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitExpiresTombstonesAtCheckpoint: a writer that keeps committing
+// keeps the snapshot a reader of its checkpoints finds. At each
+// checkpoint the tombstones older than delta.deletedFileRetentionDuration
+// leave the checkpoint and the writer's snapshot alike, so a long-running
+// writer holds only the retention's worth of them, not every remove of
+// its run (a merge-on-read stream removes a file per deletion vector it
+// changes, about a hundred a commit at 10M keys).
+func TestCommitExpiresTombstonesAtCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	now := time.UnixMilli(1_800_000_000_000)
+	tbl, snap := createTable(t, store, map[string]string{"delta.deletedFileRetentionDuration": "interval 1 hours", "delta.checkpointInterval": "5"},
+		Clock(func() time.Time { return now }))
+	dropped := false
+	const commits = 40
+	for i := 1; i <= commits; i++ {
+		now = now.Add(10 * time.Minute)
+		tx := tbl.Begin(snap)
+		for _, a := range snap.Files() {
+			tx.RemoveFile(a, true)
+		}
+		tx.Add(fakeAdd(fmt.Sprintf("f%03d", i)))
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CheckpointErr != nil {
+			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
+		}
+		replayed, err := Open(store).Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameState(t, fmt.Sprintf("commit %d", i), c.Snapshot, replayed)
+		if c.Snapshot.NumTombstones() < snap.NumTombstones() {
+			dropped = true
+		}
+		// An hour of removes (six) and up to four since the checkpoint.
+		if n := c.Snapshot.NumTombstones(); n > 11 {
+			t.Fatalf("commit %d: %d tombstones held, retention 1 hour at one remove each 10 minutes", i, n)
+		}
+		snap = c.Snapshot
+	}
+	if !dropped {
+		t.Fatal("no checkpoint dropped a tombstone: the test exercised nothing")
+	}
+}

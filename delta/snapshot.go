@@ -220,6 +220,30 @@ func overlayLimit(n int) int {
 	return l
 }
 
+// tombstonesSince returns the tombstones of m deleted at or after cutoff
+// (Unix ms), as a checkpoint keeps them (checkpointActions: one without a
+// deletion time counts as deleted at the epoch); m itself when none has
+// expired.
+func tombstonesSince(m *layered[Remove], cutoff int64) layered[Remove] {
+	expired := func(r *Remove) bool { return r.DeletionTimestamp == nil || *r.DeletionTimestamp < cutoff }
+	some := false
+	m.each(func(_ FileKey, r *Remove) bool {
+		some = expired(r)
+		return !some
+	})
+	if !some {
+		return *m
+	}
+	kept := make(map[FileKey]*Remove, m.n)
+	m.each(func(k FileKey, r *Remove) bool {
+		if !expired(r) {
+			kept[k] = r
+		}
+		return true
+	})
+	return newLayered(kept)
+}
+
 // newLayered wraps a plain map the caller hands over and no longer writes.
 func newLayered[T any](m map[FileKey]*T) layered[T] {
 	return layered[T]{base: m, n: len(m)}
