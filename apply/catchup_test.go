@@ -806,3 +806,83 @@ func TestOpenFilesFollowTheTable(t *testing.T) {
 		t.Fatalf("the restore took none of the open files %v out of the table: the test checked nothing", before)
 	}
 }
+
+// TestTableProperties: a table the applier creates carries the properties
+// it was given (and the checkpoint interval among them is followed); an
+// existing table gets them with the next commit, its own properties kept,
+// and only once.
+func TestTableProperties(t *testing.T) {
+	ctx := context.Background()
+	props := map[string]string{"delta.checkpointInterval": "3", "delta.deletedFileRetentionDuration": "interval 2 days"}
+	has := func(t *testing.T, store storage.Storage, want map[string]string) *delta.Snapshot {
+		t.Helper()
+		snap, err := delta.Open(store).Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want {
+			if snap.Metadata.Configuration[k] != v {
+				t.Fatalf("version %d: %s = %q, want %q (configuration %v)", snap.Version, k, snap.Metadata.Configuration[k], v, snap.Metadata.Configuration)
+			}
+		}
+		return snap
+	}
+	stream, _ := keyedStream(120, 40, 5)
+	batch := func(i int) *Batch {
+		return &Batch{Changes: stream[i*20 : i*20+20], Read: 20, Ranges: rng(int64(i*20), int64(i*20+20))}
+	}
+	t.Run("created", func(t *testing.T) {
+		store := storage.NewLocal(t.TempDir())
+		a := refApplier(t, store, CopyOnWrite)
+		if err := a.SetTableProperties(props); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			if _, err := a.Apply(ctx, batch(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap := has(t, store, props)
+		if snap.Metadata.Configuration[keyColumnsProperty] == "" || snap.CheckpointVersion() != 3 {
+			t.Fatalf("configuration %v, checkpoint at %d: want the key columns kept and a checkpoint at version 3", snap.Metadata.Configuration, snap.CheckpointVersion())
+		}
+	})
+	t.Run("existing", func(t *testing.T) {
+		store := storage.NewLocal(t.TempDir())
+		a := refApplier(t, store, MergeOnRead)
+		for i := range 2 {
+			if _, err := a.Apply(ctx, batch(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := has(t, store, map[string]string{"delta.enableDeletionVectors": "true"}).Metadata
+		b := refApplier(t, store, MergeOnRead)
+		if err := b.SetTableProperties(props); err != nil {
+			t.Fatal(err)
+		}
+		for i := 2; i < 6; i++ {
+			if _, err := b.Apply(ctx, batch(i)); err != nil {
+				t.Fatal(err)
+			}
+			snap := has(t, store, props)
+			for k, v := range before.Configuration {
+				if snap.Metadata.Configuration[k] != v {
+					t.Fatalf("version %d: %s = %q, was %q", snap.Version, k, snap.Metadata.Configuration[k], v)
+				}
+			}
+			if snap.Metadata.ID != before.ID || snap.Metadata.SchemaString != before.SchemaString {
+				t.Fatalf("version %d: metadata %+v, was %+v", snap.Version, snap.Metadata, before)
+			}
+			commit, err := store.Read(ctx, fmt.Sprintf("_delta_log/%020d.json", snap.Version))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sets := strings.Contains(string(commit), `"metaData"`); sets != (i == 2) {
+				t.Fatalf("batch %d (version %d) sets metadata: %v, want only the first after the properties were given", i, snap.Version, sets)
+			}
+		}
+		if err := b.SetTableProperties(map[string]string{"delta.appendOnly": "true"}); err == nil {
+			t.Fatal("delta.appendOnly accepted")
+		}
+	})
+}

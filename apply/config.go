@@ -124,6 +124,11 @@ type TableSettings struct {
 	MaxLateness    Duration        `json:"max_lateness,omitempty"`
 	TruncatePolicy string          `json:"truncate_policy,omitempty"`
 	WriteMode      string          `json:"write_mode,omitempty"`
+	// TableProperties are Delta table properties set on the table: when
+	// the engine creates it, and on an existing table by the engine's next
+	// commit when they differ (delta.CheckTableProperty says which).
+	// A table's own entries override the defaults' key by key.
+	TableProperties map[string]string `json:"table_properties,omitempty"`
 }
 
 // TableConfig is one replicated table.
@@ -324,6 +329,16 @@ func merge(base, over TableSettings) TableSettings {
 	if over.WriteMode != "" {
 		out.WriteMode = over.WriteMode
 	}
+	if len(over.TableProperties) > 0 {
+		props := make(map[string]string, len(out.TableProperties)+len(over.TableProperties))
+		for k, v := range out.TableProperties {
+			props[k] = v
+		}
+		for k, v := range over.TableProperties {
+			props[k] = v
+		}
+		out.TableProperties = props
+	}
 	return out
 }
 
@@ -380,6 +395,11 @@ func (c *Config) check() []FieldError {
 		}
 		if (t.Format == "avro" || t.Format == "flat-avro") && c.SchemaRegistry == nil {
 			errs = append(errs, FieldError{p + ".format", "avro needs schema_registry"})
+		}
+		for _, k := range sortedMapKeys(t.TableProperties) {
+			if err := delta.CheckTableProperty(k, t.TableProperties[k]); err != nil {
+				errs = append(errs, FieldError{p + ".table_properties." + k, err.Error()})
+			}
 		}
 		if strings.HasPrefix(t.Location, "s3://") {
 			errs = append(errs, FieldError{p + ".location", "object storage is not supported yet; use a local directory"})
@@ -575,7 +595,7 @@ func jsonCompatible(v any) (any, error) {
 	}
 }
 
-func sortedMapKeys(m map[string]any) []string {
+func sortedMapKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -57,6 +57,27 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestTablePropertiesMerge: a table's table_properties override the
+// defaults' key by key, and the other keys are inherited.
+func TestTablePropertiesMerge(t *testing.T) {
+	cfg, err := ParseConfig("props.yaml", []byte(`
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+defaults: {table_properties: {delta.deletedFileRetentionDuration: "interval 1 day", delta.checkpointInterval: "50"}}
+tables:
+  - {name: a, topic: x, location: /a}
+  - {name: b, topic: y, location: /b, table_properties: {delta.checkpointInterval: "100"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Tables[0].TableProperties, cfg.Tables[1].TableProperties
+	if a["delta.checkpointInterval"] != "50" || b["delta.checkpointInterval"] != "100" ||
+		a["delta.deletedFileRetentionDuration"] != "interval 1 day" || b["delta.deletedFileRetentionDuration"] != "interval 1 day" || len(a) != 2 || len(b) != 2 {
+		t.Fatalf("table properties %v and %v", a, b)
+	}
+}
+
 func TestParseConfigErrorsByPath(t *testing.T) {
 	cases := []struct {
 		name, yaml string
@@ -111,6 +132,16 @@ pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, location: /a, format: json-noschema, columns: [{name: id, type: long}, {name: id, type: varchar}, {name: _cdc_x, type: string}]}]`,
 			[]string{"tables[0].columns[1].name: column \"id\" is declared twice", "tables[0].columns[1].type: unknown type \"varchar\"", "tables[0].columns[2].name: ", "reserved prefix"}},
+		{"table property not settable", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: /a, table_properties: {delta.appendOnly: "true"}}]`, []string{"tables[0].table_properties"}},
+		{"bad table property value", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+defaults: {table_properties: {delta.deletedFileRetentionDuration: "a day"}}
+tables: [{name: t, topic: x, location: /a, table_properties: {delta.checkpointInterval: "0"}}]`,
+			[]string{"tables[0].table_properties.delta.deletedFileRetentionDuration: ", "tables[0].table_properties.delta.checkpointInterval: ", "not a positive number of commits"}},
 		{"bad duration", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -349,6 +349,9 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
 	}
+	if err := t.applier.SetTableProperties(tc.TableProperties); err != nil {
+		return nil, fmt.Errorf("table %s: table_properties: %w", tc.Name, err)
+	}
 	t.quarantine = NewQuarantine(tc.Name, e.cfg.Pipeline.ID, storage.NewLocal(tc.QuarantineLocation), e.clock)
 	return t, nil
 }

@@ -56,7 +56,8 @@ type TableApplier struct {
 	keyNames []string
 	clock    func() time.Time
 	mode     MergeMode
-	fold     bool // merge-on-read batches fold small and hollow files
+	fold     bool              // merge-on-read batches fold small and hollow files
+	props    map[string]string // table properties to set (SetTableProperties)
 
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
@@ -97,6 +98,32 @@ func (a *TableApplier) SetBuildProgress(p BuildProgress) { a.progress = p }
 // off, a table keeps one file per batch and deletion vectors on the older
 // ones until optimize compacts them (tests of optimize build such tables).
 func (a *TableApplier) SetFolding(on bool) { a.fold = on }
+
+// SetTableProperties sets Delta table properties (delta.CheckTableProperty
+// says which may be set): in the table's metadata when a batch creates it,
+// and by the next commit to an existing table whose values differ (a
+// metadata change: other writers of the table rebuild their key index
+// once).
+func (a *TableApplier) SetTableProperties(props map[string]string) error {
+	for k, v := range props {
+		if err := delta.CheckTableProperty(k, v); err != nil {
+			return fmt.Errorf("table %s: %w", a.name, err)
+		}
+	}
+	a.props = props
+	return nil
+}
+
+// propsToSet reports whether conf lacks a property SetTableProperties set
+// or holds another value for it.
+func (a *TableApplier) propsToSet(conf map[string]string) bool {
+	for k, v := range a.props {
+		if got, ok := conf[k]; !ok || got != v {
+			return true
+		}
+	}
+	return false
+}
 
 // SetMergeMode chooses how batches write rows that replace stored ones
 // (copy-on-write when never called). Merge-on-read needs data files that
@@ -454,6 +481,9 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 		}
 		created := now.UnixMilli()
 		conf := map[string]string{keyColumnsProperty: keyColumnsValue(a.layout.KeyNames())}
+		for k, v := range a.props {
+			conf[k] = v
+		}
 		if a.mode == MergeOnRead {
 			tx.SetProtocol(tableProtocolDV)
 			conf[enableDVProperty] = "true"
@@ -472,14 +502,20 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 		tx.SetProtocol(p)
 		enableDV = true
 	}
-	if a.evolved || enableDV {
+	setProps := a.snap != nil && a.propsToSet(a.snap.Metadata.Configuration)
+	if a.evolved || enableDV || setProps {
 		md := a.snap.Metadata
-		if enableDV {
-			conf := make(map[string]string, len(md.Configuration)+1)
+		if enableDV || setProps {
+			conf := make(map[string]string, len(md.Configuration)+len(a.props)+1)
 			for k, v := range md.Configuration {
 				conf[k] = v
 			}
-			conf[enableDVProperty] = "true"
+			if enableDV {
+				conf[enableDVProperty] = "true"
+			}
+			for k, v := range a.props {
+				conf[k] = v
+			}
 			md.Configuration = conf
 		}
 		if a.evolved {

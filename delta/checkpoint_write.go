@@ -21,6 +21,7 @@ import (
 const (
 	propDeletedFileRetention = "delta.deletedFileRetentionDuration"
 	propLogRetention         = "delta.logRetentionDuration"
+	propCheckpointInterval   = "delta.checkpointInterval"
 	propExpiredLogCleanup    = "delta.enableExpiredLogCleanup"
 
 	defaultDeletedFileRetention = 7 * 24 * time.Hour
@@ -553,6 +554,36 @@ type ckptDomain struct {
 type ckptCheckpointMetadata struct {
 	Version *int64             `parquet:"version"`
 	Tags    map[string]*string `parquet:"tags,optional"`
+}
+
+// SettableProperties are the table properties a cdcapply pipeline may
+// set on its tables (CheckTableProperty): the ones this package's writer
+// honors and that enable no feature it does not write.
+var SettableProperties = []string{propDeletedFileRetention, propLogRetention, propCheckpointInterval}
+
+// CheckTableProperty says whether a pipeline may set key to value: a
+// retention in Delta's interval syntax longer than zero, a checkpoint
+// interval of at least one commit. Other properties may turn on what this
+// writer does not do (appendOnly, change data feed, column mapping) and
+// are refused.
+func CheckTableProperty(key, value string) error {
+	switch key {
+	case propDeletedFileRetention, propLogRetention:
+		d, err := parseInterval(value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		if d <= 0 {
+			return fmt.Errorf("%s: %q is not a positive interval", key, value)
+		}
+	case propCheckpointInterval:
+		if n, err := strconv.ParseInt(value, 10, 64); err != nil || n < 1 {
+			return fmt.Errorf("%s: %q is not a positive number of commits", key, value)
+		}
+	default:
+		return fmt.Errorf("%s is not a property cdcapply sets (it sets %s)", key, strings.Join(SettableProperties, ", "))
+	}
+	return nil
 }
 
 // tableDuration reads a duration table property in Delta's interval syntax

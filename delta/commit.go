@@ -458,7 +458,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 
 // checkpointInterval is delta.checkpointInterval, 10 when unset or invalid.
 func checkpointInterval(m Metadata) int64 {
-	if s, ok := m.Configuration["delta.checkpointInterval"]; ok {
+	if s, ok := m.Configuration[propCheckpointInterval]; ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
 			return n
 		}
