@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -55,6 +56,8 @@ type Options struct {
 	// BacklogFactor is flush.backlog_factor (0: the engine's default).
 	BacklogFactor int
 	WriteMode     string
+	// TableProperties become the pipeline's defaults' table_properties.
+	TableProperties map[string]string
 	// MemoryLimit is the pipeline's memory_limit (0: none).
 	MemoryLimit int64
 	// CPUProfile is where the engine side writes a Go CPU profile of its
@@ -421,6 +424,18 @@ func (o Options) pipelineYAML(brokers []string, topic, table string) string {
 	defaults := fmt.Sprintf("flush: {%s}", strings.Join(flush, ", "))
 	if o.WriteMode != "" {
 		defaults += ", write_mode: " + o.WriteMode
+	}
+	if len(o.TableProperties) > 0 {
+		keys := make([]string, 0, len(o.TableProperties))
+		for k := range o.TableProperties {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		props := make([]string, len(keys))
+		for i, k := range keys {
+			props[i] = fmt.Sprintf("%s: %q", k, o.TableProperties[k])
+		}
+		defaults += fmt.Sprintf(", table_properties: {%s}", strings.Join(props, ", "))
 	}
 	q := make([]string, len(brokers))
 	for i, b := range brokers {

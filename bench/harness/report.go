@@ -97,13 +97,15 @@ type OptionSummary struct {
 	MaxLatency    string          `json:"max_latency,omitempty"`
 	BacklogFactor int             `json:"backlog_factor,omitempty"`
 	WriteMode     string          `json:"write_mode,omitempty"`
-	MemoryLimit   int64           `json:"memory_limit,omitempty"`
-	EngineProcess bool            `json:"engine_process"`
+	// TableProperties are the pipeline's table_properties.
+	TableProperties map[string]string `json:"table_properties,omitempty"`
+	MemoryLimit     int64             `json:"memory_limit,omitempty"`
+	EngineProcess   bool              `json:"engine_process"`
 }
 
 func (o Options) summary() OptionSummary {
 	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
-		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
+		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, TableProperties: o.TableProperties, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
 	if s.Compression == "" {
 		s.Compression = "lz4"
 	}

@@ -54,6 +54,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
 	backlogFactor := fs.Int("backlog-factor", 0, "flush.backlog_factor (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
+	tableProps := whereFlags{}
+	fs.Var(tableProps, "table-property", "a Delta table property the pipeline sets, key=value (repeatable), e.g. delta.deletedFileRetentionDuration=interval 1 hour")
 	prefill := fs.Bool("prefill", false, "write the snapshot straight into the table before the engine starts (no Kafka); the engine reads only the streamed changes")
 	inProcess := fs.Bool("inprocess", false, "run the engine and decode-only inside this process (RSS then includes the broker and oracle)")
 	timeout := fs.Duration("timeout", 0, "give up on the engine after this long (0: never)")
@@ -92,7 +94,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, TableProperties: tableProps, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
