@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/google/uuid"
@@ -177,6 +178,12 @@ type Committed struct {
 	Snapshot *Snapshot
 	// Retries counts the concurrent commits this one was retried past.
 	Retries int
+	// Checkpointed is set when the version is a checkpoint version
+	// (delta.checkpointInterval): the commit then also wrote the log
+	// checkpoint and cleaned up expired log files, which took
+	// CheckpointTook of the commit's time.
+	Checkpointed   bool
+	CheckpointTook time.Duration
 	// CheckpointErr is a failure of the log checkpoint or cleanup after the
 	// commit; the commit itself stands.
 	CheckpointErr error
@@ -430,6 +437,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 	}
 	res := &Committed{Version: version, Snapshot: snap, Retries: retries}
 	if interval := checkpointInterval(m); version > 0 && version%interval == 0 {
+		started := time.Now()
 		cutoff, err := tombstoneCutoff(snap, tx.table.opts.clock())
 		if err == nil {
 			err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
@@ -449,6 +457,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 				res.CheckpointErr = fmt.Errorf("clean up log of table %s after version %d: %w", loc, version, err)
 			}
 		}
+		res.Checkpointed, res.CheckpointTook = true, time.Since(started)
 		if res.CheckpointErr != nil && tx.table.opts.checkpointError != nil {
 			tx.table.opts.checkpointError(version, res.CheckpointErr)
 		}

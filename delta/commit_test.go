@@ -698,6 +698,9 @@ func TestCommitExpiresTombstonesAtCheckpoint(t *testing.T) {
 		if c.CheckpointErr != nil {
 			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
 		}
+		if want := c.Version%5 == 0; c.Checkpointed != want || (c.CheckpointTook > 0) != want {
+			t.Fatalf("version %d: Checkpointed %v, CheckpointTook %v; a checkpoint was due: %v", c.Version, c.Checkpointed, c.CheckpointTook, want)
+		}
 		replayed, err := Open(store).Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
