@@ -1166,6 +1166,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 		return
 	}
 	e.log.Info("source truncate applied", "table", t.cfg.Name, "version", res.Version, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "rows_deleted", res.Counts.Delete)
+	e.logCheckpoint(t.cfg.Name, res)
 	e.metrics.committed(batchDone{table: t.cfg.Name, batch: b, res: res, newestMicro: c.SourceTsMicros})
 	e.commitGroupOffsets(ctx, b.Ranges)
 	if e.OnCommit != nil {
@@ -1415,6 +1416,7 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
 		"revived", res.Counts.Revive, "stale", res.Counts.StaleRecords, "skipped", b.Skipped, "quarantined", b.Quarantined)
+	e.logCheckpoint(t.cfg.Name, res)
 	e.commitGroupOffsets(ctx, b.Ranges)
 	e.recordCommit(t, &f.buf, b, res, f.refreshed, f.quarantined)
 	t.holdFailures = 0
@@ -1425,6 +1427,22 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	// copies; only Raw points into the fetched bytes).
 	e.batches.releaseChanges(b.Changes)
 	return true
+}
+
+// logCheckpoint logs a commit's log checkpoint when it failed (the
+// commit stands; readers replay more of the log until a later checkpoint
+// lands, and each checkpoint version tries again) and, at debug level,
+// what it took.
+func (e *Engine) logCheckpoint(table string, res *Result) {
+	if !res.Checkpointed {
+		return
+	}
+	if res.CheckpointErr != nil {
+		e.log.Warn("log checkpoint failed; the commit stands and the next checkpoint version tries again", "table", table, "version", res.Version,
+			"took", res.Durations.Checkpoint, "err", res.CheckpointErr)
+		return
+	}
+	e.log.Debug("log checkpoint written", "table", table, "version", res.Version, "took", res.Durations.Checkpoint)
 }
 
 // resync drops a table's buffer, reloads the table and seeks its assigned

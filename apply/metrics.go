@@ -31,6 +31,7 @@ type Metrics struct {
 	version       *prometheus.GaugeVec
 	fenced        *prometheus.CounterVec
 	commitFailed  *prometheus.CounterVec
+	ckptFailed    *prometheus.CounterVec
 	schemaChanges *prometheus.CounterVec
 	running       *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
@@ -61,6 +62,9 @@ const (
 	stageQuarantine = "quarantine" // write the batch's rejected records
 	stagePlan       = "plan"       // reduce, plan against the key index, write data files
 	stageCommit     = "commit"     // the one Delta log commit
+	// stageCheckpoint is observed on checkpoint versions only: the part
+	// of their commit spent writing the log checkpoint and cleaning up.
+	stageCheckpoint = "checkpoint"
 )
 
 // NewMetrics registers the engine's metrics and franz-go's client metrics
@@ -79,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Kafka records per committed batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}, table),
 		stageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cdcapply_stage_duration_seconds",
-			Help:    "Time per committed batch spent in each stage (decode, refresh, quarantine, plan, commit).",
+			Help:    "Time per committed batch spent in each stage (decode, refresh, quarantine, plan, commit); checkpoint, observed on checkpoint versions only, is the part of their commit spent writing the log checkpoint.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"table", "stage"}),
 		version: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_version",
 			Help: "Delta version of the table's latest commit by this engine."}, table),
@@ -87,6 +91,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches dropped because another writer advanced one of their partitions (commit conflicts)."}, table),
 		commitFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_commits_failed_total",
 			Help: "Batches whose table commit failed for another reason and were read again from the table's positions."}, table),
+		ckptFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_checkpoint_failures_total",
+			Help: "Log checkpoints (or the log cleanup after them) that failed after their commit landed: the commit stands, readers replay more of the log until one succeeds."}, table),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_changes_total",
 			Help: "Committed additive schema changes (new source columns joining the table)."}, table),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
@@ -114,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		owner:     map[checkpoint.TopicPartition]string{},
 		freshAsOf: map[string]time.Time{},
 	}
-	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed,
+	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.indexRefresh, freshnessCollector{m})
 	return m
 }
@@ -286,6 +292,12 @@ func (m *Metrics) committed(d batchDone) {
 	m.stageSeconds.WithLabelValues(t, stageQuarantine).Observe(d.quarantine.Seconds())
 	m.stageSeconds.WithLabelValues(t, stagePlan).Observe(d.res.Durations.Plan.Seconds())
 	m.stageSeconds.WithLabelValues(t, stageCommit).Observe(d.res.Durations.Commit.Seconds())
+	if d.res.Checkpointed {
+		m.stageSeconds.WithLabelValues(t, stageCheckpoint).Observe(d.res.Durations.Checkpoint.Seconds())
+		if d.res.CheckpointErr != nil {
+			m.ckptFailed.WithLabelValues(t).Inc()
+		}
+	}
 	m.version.WithLabelValues(t).Set(float64(d.res.Version))
 	if d.schema > 0 {
 		m.schemaChanges.WithLabelValues(t).Add(float64(d.schema))

@@ -38,8 +38,16 @@ type Result struct {
 	Counts  Counts
 	Files   struct{ Added, Removed int }
 	// Durations times the stages for metrics: Plan is reduce, plan and
-	// the data files written; Commit is the Delta log commit.
-	Durations struct{ Plan, Commit time.Duration }
+	// the data files written; Commit is the Delta log commit, and on a
+	// checkpoint version Checkpoint is the part of it spent writing the
+	// log checkpoint and cleaning up the log.
+	Durations struct{ Plan, Commit, Checkpoint time.Duration }
+	// Checkpointed is set on a checkpoint version (every
+	// delta.checkpointInterval-th); CheckpointErr is its failure. The
+	// batch stands either way: readers replay more of the log until a
+	// later checkpoint lands.
+	Checkpointed  bool
+	CheckpointErr error
 	// Keys and Tombstones are the rows the table holds after the commit
 	// (every key's row, and those soft-deleted), from the key index.
 	Keys, Tombstones int
@@ -581,6 +589,8 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	res := &Result{Version: committed.Version, Counts: plan.Counts, Keys: a.index.Len(), Tombstones: a.index.Tombstones()}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
 	res.Durations.Commit = took
+	res.Durations.Checkpoint = committed.CheckpointTook
+	res.Checkpointed, res.CheckpointErr = committed.Checkpointed, committed.CheckpointErr
 	return res, nil
 }
 
