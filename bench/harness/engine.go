@@ -71,11 +71,14 @@ type BatchStat struct {
 	FilesAdd   int     `json:"files_added"`
 	FilesDel   int     `json:"files_removed"`
 	// Stage durations in milliseconds: decode (while buffering), refresh,
-	// plan (reduce, plan, data files written), commit (the Delta log).
-	DecodeMs  float64 `json:"decode_ms"`
-	RefreshMs float64 `json:"refresh_ms"`
-	PlanMs    float64 `json:"plan_ms"`
-	CommitMs  float64 `json:"commit_ms"`
+	// plan (reduce, plan, data files written), commit (the Delta log,
+	// checkpoint included) and, on checkpoint versions, the checkpoint's
+	// part of commit.
+	DecodeMs     float64 `json:"decode_ms"`
+	RefreshMs    float64 `json:"refresh_ms"`
+	PlanMs       float64 `json:"plan_ms"`
+	CommitMs     float64 `json:"commit_ms"`
+	CheckpointMs float64 `json:"checkpoint_ms,omitempty"`
 	// Fresh* are the batch's change freshness quantiles (source commit time
 	// to this commit), milliseconds.
 	FreshP50 float64 `json:"fresh_p50_ms"`
@@ -262,7 +265,7 @@ loop:
 				At: ms(committed.Sub(start)), Version: r.Version, Records: r.Read, Changes: r.Changes,
 				RowsBefore: r.RowsBefore, Inserted: c.Insert, Updated: c.Update, Deleted: c.Delete, Revived: c.Revive,
 				Stale: c.StaleRecords, FilesAdd: r.Result.Files.Added, FilesDel: r.Result.Files.Removed,
-				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit),
+				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint),
 				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1),
 			})
 			res.Records += int64(r.Read)
