@@ -139,3 +139,52 @@ func BenchmarkSnapshotLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckpointTombstones writes the checkpoint of a table of 130
+// files that carries many tombstones, the shape of a merge-on-read
+// stream's table after a while at the default retention (every commit
+// removes and re-adds the files whose deletion vectors it changes). It
+// is the cost a checkpoint version's commit pays on top of the commit.
+//
+//	go test ./delta -run XXX -bench CheckpointTombstones -count 6
+func BenchmarkCheckpointTombstones(b *testing.B) {
+	for _, n := range []int{20_000, 200_000} {
+		b.Run(fmt.Sprintf("tombstones=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			store := storage.NewLocal(b.TempDir())
+			tbl, snap := createTable(b, store, map[string]string{"delta.checkpointInterval": "1000000"})
+			tx := tbl.Begin(snap)
+			adds := make([]*Add, n)
+			for i := range adds {
+				adds[i] = fakeAdd(fmt.Sprintf("gone-%07d", i))
+				tx.Add(adds[i])
+			}
+			c, err := tx.Commit(ctx, "WRITE", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tx = tbl.Begin(c.Snapshot)
+			for _, a := range adds {
+				tx.RemoveFile(a, true)
+			}
+			for i := 0; i < 130; i++ {
+				tx.Add(fakeAdd(fmt.Sprintf("live-%03d", i)))
+			}
+			if c, err = tx.Commit(ctx, "WRITE", nil); err != nil {
+				b.Fatal(err)
+			}
+			snap = c.Snapshot
+			if got := len(snap.Tombstones()); got != n {
+				b.Fatalf("%d tombstones, want %d", got, n)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_ = store.Delete(ctx, ckptClassicPath(snap.Version))
+				if err := writeCheckpointCutoff(ctx, store, snap, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tombstone")
+		})
+	}
+}

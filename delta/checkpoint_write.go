@@ -174,7 +174,7 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 	var buf bytes.Buffer
 	w := parquet.NewWriter(&buf, ckptSchema, parquet.Compression(&parquet.Snappy))
 	ncol := len(ckptSchema.Columns())
-	e := ckptEncoder{cols: make([][]parquet.Value, ncol)}
+	e := ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}
 	// Values go straight into per-column batches, written a column at a
 	// time: parquet-go's row path would split every row back into its 59
 	// columns one value at a time.
@@ -215,16 +215,36 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 // field's parent group is present, so a null field is written at d and a
 // set one at d+1 (deeper for maps and lists).
 type ckptEncoder struct {
-	cols [][]parquet.Value // values of the current batch, per leaf column
-	col  int               // the leaf column of the current row being filled
-	kvs  []ckptKV          // scratch for sorting map entries
+	cols   [][]parquet.Value // values of the current batch, per leaf column
+	col    int               // the leaf column of the current row being filled
+	kvs    []ckptKV          // scratch for sorting map entries
+	absent []parquet.Value   // ckptAbsent
 }
+
+// ckptAbsent holds, per leaf column, the null at definition level 0: the
+// value of every leaf of an action kind a row is not (a remove row's
+// add, metaData, protocol, txn... columns, most of its 59). Made once
+// rather than levelled for every row.
+var ckptAbsent = func() []parquet.Value {
+	out := make([]parquet.Value, len(ckptSchema.Columns()))
+	for c := range out {
+		out[c] = parquet.NullValue().Level(0, 0, c)
+	}
+	return out
+}()
 
 func (e *ckptEncoder) put(v parquet.Value, rep, def int) {
 	e.cols[e.col] = append(e.cols[e.col], v.Level(rep, def, e.col))
 }
 
 func (e *ckptEncoder) nulls(n, d int) {
+	if d == 0 {
+		for c := e.col; c < e.col+n; c++ {
+			e.cols[c] = append(e.cols[c], e.absent[c])
+		}
+		e.col += n
+		return
+	}
 	for i := 0; i < n; i++ {
 		e.put(parquet.NullValue(), 0, d)
 		e.col++

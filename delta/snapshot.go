@@ -1,7 +1,8 @@
 package delta
 
 import (
-	"sort"
+	"slices"
+	"strings"
 )
 
 // LogDir is the name of the transaction log folder under a table root.
@@ -45,11 +46,11 @@ func (s *Snapshot) Files() []*Add {
 		out = append(out, a)
 		return true
 	})
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Path != out[j].Path {
-			return out[i].Path < out[j].Path
+	slices.SortFunc(out, func(a, b *Add) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
 		}
-		return out[i].DeletionVector.UniqueID() < out[j].DeletionVector.UniqueID()
+		return strings.Compare(a.DeletionVector.UniqueID(), b.DeletionVector.UniqueID())
 	})
 	return out
 }
@@ -69,7 +70,7 @@ func (s *Snapshot) Tombstones() []*Remove {
 		out = append(out, r)
 		return true
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	slices.SortFunc(out, func(a, b *Remove) int { return strings.Compare(a.Path, b.Path) })
 	return out
 }
 
