@@ -79,6 +79,7 @@ type BatchStat struct {
 	PlanMs       float64 `json:"plan_ms"`
 	CommitMs     float64 `json:"commit_ms"`
 	CheckpointMs float64 `json:"checkpoint_ms,omitempty"`
+	Checkpoint   bool    `json:"checkpoint,omitempty"` // the commit wrote a log checkpoint
 	// Fresh* are the batch's change freshness quantiles (source commit time
 	// to this commit), milliseconds.
 	FreshP50 float64 `json:"fresh_p50_ms"`
@@ -265,7 +266,7 @@ loop:
 				At: ms(committed.Sub(start)), Version: r.Version, Records: r.Read, Changes: r.Changes,
 				RowsBefore: r.RowsBefore, Inserted: c.Insert, Updated: c.Update, Deleted: c.Delete, Revived: c.Revive,
 				Stale: c.StaleRecords, FilesAdd: r.Result.Files.Added, FilesDel: r.Result.Files.Removed,
-				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint),
+				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint), Checkpoint: r.Result.Checkpointed,
 				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1),
 			})
 			res.Records += int64(r.Read)

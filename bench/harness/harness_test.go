@@ -32,6 +32,9 @@ func smokeOptions(t *testing.T) Options {
 // stream; no figure's value is asserted, only that it was derived.
 func TestSmoke(t *testing.T) {
 	o := smokeOptions(t)
+	// A checkpoint every other commit: the few commits of a smoke run
+	// then write some, and the report must count them.
+	o.TableProperties = map[string]string{"delta.checkpointInterval": "2"}
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -49,6 +52,13 @@ func TestSmoke(t *testing.T) {
 	oracle, err := workload.OracleFor(o.Workload)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The engine's commits end at rep.Table.Version; every other one
+	// wrote a checkpoint (version 0 writes none).
+	if want := int(rep.Table.Version / 2); want == 0 {
+		t.Errorf("table at version %d: no checkpoint version, the run exercised too little", rep.Table.Version)
+	} else if rep.Checkpoints == nil && want > 0 || rep.Checkpoints != nil && rep.Checkpoints.Count != want {
+		t.Errorf("checkpoints %+v, want %d for versions 1-%d", rep.Checkpoints, want, rep.Table.Version)
 	}
 	if rep.Table.LiveRows != oracle.Len() {
 		t.Errorf("live rows %d (from the log's stats), oracle rows %d", rep.Table.LiveRows, oracle.Len())
@@ -310,5 +320,31 @@ func TestSmokeMergeOnRead(t *testing.T) {
 		if err != nil || len(b) < 64 || !strings.HasPrefix(string(b), magic) {
 			t.Errorf("%s: %d bytes starting %q (%v), want a profile starting %q", path, len(b), b[:min(len(b), 8)], err, magic)
 		}
+	}
+}
+
+// TestCheckpointFigures: only the batches that wrote a checkpoint count,
+// and the first and last tenth show a checkpoint that grew over the run.
+func TestCheckpointFigures(t *testing.T) {
+	if c := checkpointFigures([]BatchStat{{CommitMs: 5}, {CommitMs: 7}}); c != nil {
+		t.Fatalf("no checkpoint written, figures %+v, want none", c)
+	}
+	var bs []BatchStat
+	for i := 1; i <= 200; i++ {
+		b := BatchStat{Version: int64(i), CommitMs: 4}
+		if i%10 == 0 {
+			// 20 checkpoints growing from 100 to 2,000 ms.
+			b.Checkpoint, b.CheckpointMs = true, float64(i*10)
+			b.CommitMs += b.CheckpointMs
+		}
+		bs = append(bs, b)
+	}
+	c := checkpointFigures(bs)
+	if c == nil {
+		t.Fatal("20 checkpoints written, no figures")
+	}
+	want := CheckpointFigures{Count: 20, P50Ms: 1100, MaxMs: 2000, FirstMs: 200, LastMs: 2000}
+	if *c != want {
+		t.Fatalf("figures %+v, want %+v", *c, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,13 +43,14 @@ type Report struct {
 	// DecodeRatio is end-to-end events/s over decode-only (both cores,
 	// the mean of the measurements before and after the engine);
 	// DecodeRatioFaster is over the faster of the two.
-	DecodeRatio       float64        `json:"e2e_over_decode_both_cores,omitempty"`
-	DecodeRatioFaster float64        `json:"e2e_over_decode_both_cores_faster,omitempty"`
-	CostBySize        []CostBucket   `json:"cost_by_table_size,omitempty"`
-	Peers             []PeerResult   `json:"peers,omitempty"`
-	Engine            *EngineResult  `json:"engine,omitempty"`
-	Series            []SeriesPoint  `json:"series,omitempty"`
-	Extra             map[string]any `json:"extra,omitempty"`
+	DecodeRatio       float64            `json:"e2e_over_decode_both_cores,omitempty"`
+	DecodeRatioFaster float64            `json:"e2e_over_decode_both_cores_faster,omitempty"`
+	CostBySize        []CostBucket       `json:"cost_by_table_size,omitempty"`
+	Checkpoints       *CheckpointFigures `json:"checkpoints,omitempty"`
+	Peers             []PeerResult       `json:"peers,omitempty"`
+	Engine            *EngineResult      `json:"engine,omitempty"`
+	Series            []SeriesPoint      `json:"series,omitempty"`
+	Extra             map[string]any     `json:"extra,omitempty"`
 }
 
 // HostInfo describes the machine and its load when the run started.
@@ -200,6 +202,42 @@ type TableFigures struct {
 	RowsPerChange float64 `json:"rows_written_per_change"`
 }
 
+// CheckpointFigures are the log checkpoints the engine's commits wrote
+// (each delta.checkpointInterval-th version), in milliseconds of the
+// commit they were part of. FirstMs and LastMs are the medians of the
+// first and the last tenth of them (at least one each): a checkpoint
+// that grows over the run (tombstones kept for a long retention) shows
+// as LastMs well above FirstMs.
+type CheckpointFigures struct {
+	Count   int     `json:"count"`
+	P50Ms   float64 `json:"p50_ms"`
+	MaxMs   float64 `json:"max_ms"`
+	FirstMs float64 `json:"first_tenth_median_ms"`
+	LastMs  float64 `json:"last_tenth_median_ms"`
+}
+
+// checkpointFigures summarises the batches that wrote a checkpoint; nil
+// when none did.
+func checkpointFigures(bs []BatchStat) *CheckpointFigures {
+	var ms []float64
+	for _, b := range bs {
+		if b.Checkpoint {
+			ms = append(ms, b.CheckpointMs)
+		}
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	median := func(xs []float64) float64 {
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	tenth := max(1, len(ms)/10)
+	return &CheckpointFigures{Count: len(ms), P50Ms: median(ms), MaxMs: slices.Max(ms),
+		FirstMs: median(ms[:tenth]), LastMs: median(ms[len(ms)-tenth:])}
+}
+
 // CostBucket groups commits by the table's size before them.
 type CostBucket struct {
 	Label        string  `json:"label"`
@@ -263,6 +301,7 @@ func (r *Report) compute() {
 		r.DecodeRatioFaster = t.EventsPerSec / r.Decode.FasterBothCores()
 	}
 	r.CostBySize = costBySize(e.Batches)
+	r.Checkpoints = checkpointFigures(e.Batches)
 	r.Series = series(e)
 }
 
@@ -541,6 +580,10 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  %-34s data %s + log %s; live %s in %d files (version %d)\n", "bytes written", mib(tb.DataBytes), mib(tb.LogBytes), mib(tb.LiveBytes), tb.LiveFiles, tb.Version)
 	fmt.Fprintf(w, "  %-34s %.2f (bytes written / live bytes); %.2f rows written per change record (%d rows, %d change records, %d rows live)\n",
 		"write amplification", tb.WriteAmp, tb.RowsPerChange, tb.RowsWritten, tb.ChangeRecords, tb.LiveRows)
+	if c := r.Checkpoints; c != nil {
+		fmt.Fprintf(w, "  %-34s %d, part of their commits: p50 %.0f ms, max %.0f ms; median of the first tenth %.0f ms, of the last tenth %.0f ms\n",
+			"log checkpoints", c.Count, c.P50Ms, c.MaxMs, c.FirstMs, c.LastMs)
+	}
 	fmt.Fprintf(w, "\n  per-batch cost by table size (plan + write + commit):\n")
 	printCost(w, r.CostBySize)
 	if len(r.Peers) > 0 {
