@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -35,17 +34,13 @@ func TestEngineCheckpointFailureIsReported(t *testing.T) {
 	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
 	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
 	var refused atomic.Int32
-	faults := func(inner storage.Storage) storage.Storage {
-		f := storage.NewFaulty(inner)
-		f.SetRule(func(op storage.Op) storage.Fault {
-			if op.Kind == storage.OpWriteIfAbsent && strings.HasSuffix(op.Path, ".checkpoint.parquet") {
-				refused.Add(1)
-				return storage.Fail
-			}
-			return storage.Pass
-		})
-		return f
-	}
+	faults := refuseWrites(func(path string) bool {
+		if !strings.HasSuffix(path, ".checkpoint.parquet") {
+			return false
+		}
+		refused.Add(1)
+		return true
+	})
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	var log syncBuffer

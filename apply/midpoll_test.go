@@ -36,17 +36,10 @@ func TestEngineMidPollCommitFailureLosesNothing(t *testing.T) {
 	cfg.Tables[0].Flush.MaxRecords = 10
 	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour) // only max_records flushes mid-poll
 	var failed atomic.Int32
-	faults := func(inner storage.Storage) storage.Storage {
-		f := storage.NewFaulty(inner)
-		f.SetRule(func(op storage.Op) storage.Fault {
-			// The second batch's commit: version 1 of the log.
-			if op.Kind == storage.OpWriteIfAbsent && strings.HasSuffix(op.Path, "_delta_log/00000000000000000001.json") && failed.CompareAndSwap(0, 1) {
-				return storage.Fail
-			}
-			return storage.Pass
-		})
-		return f
-	}
+	faults := refuseWrites(func(path string) bool {
+		// The second batch's commit: version 1 of the log.
+		return strings.HasSuffix(path, "_delta_log/00000000000000000001.json") && failed.CompareAndSwap(0, 1)
+	})
 	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore = faults })
 	defer stop()
 	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
@@ -55,5 +48,21 @@ func TestEngineMidPollCommitFailureLosesNothing(t *testing.T) {
 	}
 	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("table after a failed mid-poll commit differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
+// refuseWrites is an Engine.wrapStore that fails every write-if-absent
+// (the log's commits and checkpoints, data files) whose path refuse
+// accepts; every other operation passes.
+func refuseWrites(refuse func(path string) bool) func(storage.Storage) storage.Storage {
+	return func(inner storage.Storage) storage.Storage {
+		f := storage.NewFaulty(inner)
+		f.SetRule(func(op storage.Op) storage.Fault {
+			if op.Kind == storage.OpWriteIfAbsent && refuse(op.Path) {
+				return storage.Fail
+			}
+			return storage.Pass
+		})
+		return f
 	}
 }
