@@ -294,6 +294,12 @@ loop:
 			break loop
 		}
 	}
+	if job.Trace != "" {
+		// The trace ends with the stream applied: the engine's shutdown
+		// (its idle wait for the sampler, the client's close) would
+		// otherwise read as idle cores in tracegaps.
+		trace.Stop()
+	}
 	stop()
 	if runErr != nil {
 		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) && failure == nil {

@@ -38,7 +38,10 @@ type Report struct {
 	//   "alone: F"       nothing ready and no system call: the named
 	//                    goroutine (by the function it started in) ran
 	//                    while everything else waited;
-	//   "none"           nothing ran at all.
+	//   "none: until R @ F"  nothing ran at all, until a goroutine that
+	//                    had blocked for reason R (channel, network,
+	//                    select, sleep ...) in function F was woken;
+	//                    "none" when the trace ended first.
 	Idle map[string]float64
 	// Syscalls is seconds spent in system calls, by call site.
 	Syscalls map[string]float64
@@ -55,6 +58,11 @@ func Analyze(r io.Reader) (*Report, error) {
 	startFn := map[trace.GoID]string{}
 	sysSite := map[trace.GoID]string{}
 	sysSince := map[trace.GoID]trace.Time{}
+	// blockedOn is where each waiting goroutine blocked, and noneFor the
+	// seconds of the current spell in which nothing ran: they go to the
+	// wait of the goroutine whose wake-up ends the spell.
+	blockedOn := map[trace.GoID]string{}
+	noneFor := 0.0
 	procs := map[trace.ProcID]bool{}
 	var first, last trace.Time
 	running := map[int]float64{}
@@ -84,7 +92,11 @@ func Analyze(r io.Reader) (*Report, error) {
 			d := float64(t-last) / 1e9
 			n, what := classify(state, startFn, sysSite)
 			running[n] += d
-			spells[spell{n, what}] += d
+			if what == "none" {
+				noneFor += d
+			} else {
+				spells[spell{n, what}] += d
+			}
 		}
 		last = t
 		if ev.Kind() != trace.EventStateTransition {
@@ -105,7 +117,21 @@ func Analyze(r io.Reader) (*Report, error) {
 			}
 			delete(sysSite, g)
 		}
+		if from == trace.GoWaiting && (to == trace.GoRunnable || to == trace.GoRunning) {
+			// The runtime's own goroutines (the trace reader, timers
+			// of its own) waking do not end what the program waits for.
+			if site, ok := blockedOn[g]; ok && noneFor > 0 {
+				spells[spell{0, "none: until " + site}] += noneFor
+				noneFor = 0
+			}
+			delete(blockedOn, g)
+		}
 		switch to {
+		case trace.GoWaiting:
+			state[g] = goIdle
+			if site, ok := blockSite(st.Reason, st.Stack, ev.Stack()); ok {
+				blockedOn[g] = site
+			}
 		case trace.GoRunning:
 			state[g] = goRunning
 		case trace.GoRunnable:
@@ -123,6 +149,9 @@ func Analyze(r io.Reader) (*Report, error) {
 		default:
 			state[g] = goIdle
 		}
+	}
+	if noneFor > 0 {
+		spells[spell{0, "none"}] += noneFor
 	}
 	rep.Procs = len(procs)
 	rep.Seconds = float64(last-first) / 1e9
@@ -207,6 +236,26 @@ func callSite(st trace.Stack) string {
 		return call
 	}
 	return call + " @ " + caller
+}
+
+// blockSite names where a goroutine blocked: the reason the runtime gave
+// and the first function outside the runtime and the standard library's
+// channel, lock and network wrappers ("chan receive @
+// apply.(*Engine).predecode"); false for a wait wholly inside the
+// runtime (its trace reader, its own timers).
+func blockSite(reason string, stacks ...trace.Stack) (string, bool) {
+	if reason == "" {
+		reason = "?"
+	}
+	for _, st := range stacks {
+		for f := range st.Frames() {
+			fn := shortName(f.Func)
+			if !wrapper(fn) && !strings.HasPrefix(fn, "sync.") && !strings.HasPrefix(fn, "internal/") && !strings.HasPrefix(fn, "time.") {
+				return reason + " @ " + fn, true
+			}
+		}
+	}
+	return "", false
 }
 
 // wrapper: a standard library package between a system call and the

@@ -94,3 +94,36 @@ func TestAnalyzeRejectsNonTrace(t *testing.T) {
 		t.Fatal("Analyze read a non-trace without error")
 	}
 }
+
+// waitOn blocks on ch, then reports to done.
+func waitOn(ch <-chan struct{}, done chan<- uint64) {
+	<-ch
+	done <- 0
+}
+
+// TestAnalyzeNamesWhatNothingWaitedFor: while nothing runs, a goroutine
+// waits on a channel a timer fills 150 ms later; the report puts both
+// Ps' idle time on that wait, named by the function that blocked.
+func TestAnalyzeNamesWhatNothingWaitedFor(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Fatal(err)
+	}
+	ch, done := make(chan struct{}), make(chan uint64)
+	go waitOn(ch, done)
+	time.AfterFunc(150*time.Millisecond, func() { close(ch) })
+	<-done
+	trace.Stop()
+
+	rep, err := Analyze(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Write(&out, 10)
+	t.Log("\n" + out.String())
+	if got := sumOf(rep.Idle, "none: until chan receive @ ", ".waitOn"); got < 0.25 {
+		t.Errorf("idle put on waitOn's channel = %.3f core-s, want >= 0.25 (150 ms on 2 Ps)", got)
+	}
+}
