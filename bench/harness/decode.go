@@ -97,6 +97,10 @@ type DecodeFigures struct {
 	// ran between them). Unset in a single measurement.
 	Before *DecodeFigures `json:"before,omitempty"`
 	After  *DecodeFigures `json:"after,omitempty"`
+	// HostCPU is the whole machine's CPU while the measurement ran (the
+	// harness reads it around the request): the share stolen from the
+	// decoders, to set beside the engine's (EngineResult.HostCPU).
+	HostCPU *HostCPU `json:"host_cpu,omitempty"`
 	// Error is a failure reported by the decode-only process.
 	Error string `json:"error,omitempty"`
 }
@@ -170,6 +174,13 @@ func startDecodeOnly(ctx context.Context, command []string, job DecodeJob) (*dec
 
 // measure takes one measurement.
 func (d *decodeRun) measure(ctx context.Context) (DecodeFigures, error) {
+	host := startHostSpan()
+	f, err := d.measureOnce(ctx)
+	f.HostCPU = host.end()
+	return f, err
+}
+
+func (d *decodeRun) measureOnce(ctx context.Context) (DecodeFigures, error) {
 	if d.cmd == nil {
 		return measureDecode(ctx, d.sample, d.job.MinTime)
 	}

@@ -131,8 +131,11 @@ type EngineResult struct {
 	// touched for the first time, or again after the runtime returned
 	// it): their kernel time is part of CPUSys, and a CPU profile
 	// charges it to the instruction that touched the page.
-	MinorFaults int64  `json:"minor_faults"`
-	Error       string `json:"error,omitempty"`
+	MinorFaults int64 `json:"minor_faults"`
+	// HostCPU is the whole machine's CPU from the engine's start to the
+	// stream applied: how much of it the hypervisor stole meanwhile.
+	HostCPU *HostCPU `json:"host_cpu,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -179,6 +182,7 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		defer func() { p.stop(); f.Close() }()
 	}
 	res := &EngineResult{InProcess: inProcess, PID: os.Getpid()}
+	host := startHostSpan()
 	start := time.Now()
 	res.Started = start.UnixMilli()
 	res.FirstAt = -1
@@ -294,6 +298,7 @@ loop:
 			break loop
 		}
 	}
+	res.HostCPU = host.end()
 	if job.Trace != "" {
 		// The trace ends with the stream applied: the engine's shutdown
 		// (its idle wait for the sampler, the client's close) would

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,14 @@ func TestSmoke(t *testing.T) {
 	}
 	if rep.Memory.PeakRSS <= 0 {
 		t.Errorf("no peak RSS")
+	}
+	if runtime.GOOS == "linux" && (rep.Engine.HostCPU == nil || rep.Engine.HostCPU.CoreSeconds <= 0 ||
+		rep.Decode.Before.HostCPU == nil || rep.Decode.After.HostCPU == nil) {
+		t.Errorf("the machine's CPU not measured around the engine and decode-only: engine %+v, decode-only %+v / %+v",
+			rep.Engine.HostCPU, rep.Decode.Before.HostCPU, rep.Decode.After.HostCPU)
+	}
+	if rep.CPURatio <= 0 {
+		t.Errorf("no per CPU-second ratio")
 	}
 	// The verifier the harness relies on sees a wrong table: this one
 	// against another seed's oracle.

@@ -43,14 +43,18 @@ type Report struct {
 	// DecodeRatio is end-to-end events/s over decode-only (both cores,
 	// the mean of the measurements before and after the engine);
 	// DecodeRatioFaster is over the faster of the two.
-	DecodeRatio       float64            `json:"e2e_over_decode_both_cores,omitempty"`
-	DecodeRatioFaster float64            `json:"e2e_over_decode_both_cores_faster,omitempty"`
-	CostBySize        []CostBucket       `json:"cost_by_table_size,omitempty"`
-	Checkpoints       *CheckpointFigures `json:"checkpoints,omitempty"`
-	Peers             []PeerResult       `json:"peers,omitempty"`
-	Engine            *EngineResult      `json:"engine,omitempty"`
-	Series            []SeriesPoint      `json:"series,omitempty"`
-	Extra             map[string]any     `json:"extra,omitempty"`
+	DecodeRatio       float64 `json:"e2e_over_decode_both_cores,omitempty"`
+	DecodeRatioFaster float64 `json:"e2e_over_decode_both_cores_faster,omitempty"`
+	// CPURatio is the engine's events per CPU-second over decode-only's
+	// records per CPU-second: the same comparison without the cores the
+	// host did not give either of them (HostCPU's steal).
+	CPURatio    float64            `json:"e2e_over_decode_per_cpu_second,omitempty"`
+	CostBySize  []CostBucket       `json:"cost_by_table_size,omitempty"`
+	Checkpoints *CheckpointFigures `json:"checkpoints,omitempty"`
+	Peers       []PeerResult       `json:"peers,omitempty"`
+	Engine      *EngineResult      `json:"engine,omitempty"`
+	Series      []SeriesPoint      `json:"series,omitempty"`
+	Extra       map[string]any     `json:"extra,omitempty"`
 }
 
 // HostInfo describes the machine and its load when the run started.
@@ -300,6 +304,9 @@ func (r *Report) compute() {
 		r.DecodeRatio = t.EventsPerSec / r.Decode.BothCores
 		r.DecodeRatioFaster = t.EventsPerSec / r.Decode.FasterBothCores()
 	}
+	if r.Decode.PerCPUSecond > 0 {
+		r.CPURatio = t.EventsPerCPUSecond / r.Decode.PerCPUSecond
+	}
 	r.CostBySize = costBySize(e.Batches)
 	r.Checkpoints = checkpointFigures(e.Batches)
 	r.Series = series(e)
@@ -502,6 +509,28 @@ func humanCount(n int64) string {
 	return fmt.Sprint(n)
 }
 
+// hostCPULine sets the machine's stolen CPU during the engine's run
+// beside the decode-only measurements'.
+func hostCPULine(eng *HostCPU, dec DecodeFigures) string {
+	if eng == nil {
+		return ""
+	}
+	line := fmt.Sprintf("engine run %.1f%% stolen by the hypervisor (%.1f%% busy, %.1f%% idle)", 100*eng.Steal, 100*eng.Busy, 100*eng.Idle)
+	var parts []string
+	for _, m := range []struct {
+		when string
+		f    *DecodeFigures
+	}{{"before", dec.Before}, {"after", dec.After}} {
+		if m.f != nil && m.f.HostCPU != nil {
+			parts = append(parts, fmt.Sprintf("%.1f%% %s", 100*m.f.HostCPU.Steal, m.when))
+		}
+	}
+	if len(parts) > 0 {
+		line += "; decode-only " + strings.Join(parts, ", ")
+	}
+	return line
+}
+
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // Print writes the human report. A failed run prints FAIL and no figures.
@@ -557,10 +586,13 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  (%.2f against the faster measurement)", r.DecodeRatioFaster)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second)\n",
-		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond)
+	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second; ratio %.2f)\n",
+		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond, r.CPURatio)
 	if e := r.Engine; e != nil {
 		fmt.Fprintf(w, "  %-34s %12.1f s in the kernel; %d minor page faults\n", "  of which", e.CPUSys, e.MinorFaults)
+		if line := hostCPULine(e.HostCPU, r.Decode); line != "" {
+			fmt.Fprintf(w, "  %-34s %s\n", "host CPU, whole machine", line)
+		}
 	}
 	if f := r.Freshness; f.WallClock {
 		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (source commit, wall clock, to table commit; per change)\n", "freshness", f.P50, f.P99, f.P999, f.Max)
