@@ -55,6 +55,10 @@ type Engine struct {
 	// OnBatch, when set, is called after every committed stream batch
 	// with its BatchReport (the bench harness). It runs on Run's goroutine.
 	OnBatch func(*BatchReport)
+	// OnCheckpoint, when set, is called with each log checkpoint's
+	// outcome as it ends, on the checkpoint's goroutine (the bench
+	// harness). Run returns after the last one.
+	OnCheckpoint func(table string, o delta.CheckpointOutcome)
 
 	// beforeApply, when set, runs before each table commit; tests use it
 	// to pause an instance into a zombie. It runs on Run's goroutine;
@@ -134,6 +138,10 @@ type tableRun struct {
 	applier    *TableApplier
 	decoder    *debezium.Decoder
 	quarantine *Quarantine
+	// ckptMu guards ckpt: the last log checkpoint's outcome not yet
+	// reported with a batch (the checkpoint's goroutine sets it).
+	ckptMu sync.Mutex
+	ckpt   *delta.CheckpointOutcome
 
 	// reopen is set by the assignment callback: the table may have been
 	// advanced by another instance, so the applier reloads before use.
@@ -344,7 +352,12 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 		rf.points, rf.vectors = t.points, vectors
 		return rf, nil
 	}
-	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store), newFiles, tc.KeyColumns, e.clock)
+	// Log checkpoints are written beside the next batches, off the
+	// commit's path: at 10M keys in merge-on-read one held a week's
+	// tombstones and took seconds on every tenth commit.
+	done := func(o delta.CheckpointOutcome) { e.checkpointDone(t, o) }
+	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store, delta.BackgroundCheckpoints(done)), newFiles, tc.KeyColumns, e.clock)
+	t.applier.checkpointDone = done
 	t.applier.SetBuildProgress(e.buildProgress(tc.Name, buildProgressEvery))
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
@@ -655,6 +668,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		if t.halted == nil && !t.buf.empty() {
 			e.flush(fctx, t)
 		}
+	}
+	// A log checkpoint still being written is finished, its outcome
+	// reported: stopping it half-way would only waste it.
+	for _, t := range e.tables {
+		t.applier.table.WaitCheckpoints()
 	}
 	cl.AllowRebalance()
 	return nil
@@ -1166,7 +1184,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 		return
 	}
 	e.log.Info("source truncate applied", "table", t.cfg.Name, "version", res.Version, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "rows_deleted", res.Counts.Delete)
-	e.logCheckpoint(t.cfg.Name, res)
+	t.takeCheckpoint(res)
 	e.metrics.committed(batchDone{table: t.cfg.Name, batch: b, res: res, newestMicro: c.SourceTsMicros})
 	e.commitGroupOffsets(ctx, b.Ranges)
 	if e.OnCommit != nil {
@@ -1410,13 +1428,16 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 		}
 		return false
 	}
+	t.takeCheckpoint(res)
 	if e.OnBatch != nil {
 		e.OnBatch(t.batchReport(f))
 	}
 	e.log.Info("committed", "table", t.cfg.Name, "version", res.Version, "records", b.Read,
 		"inserted", res.Counts.Insert, "updated", res.Counts.Update, "deleted", res.Counts.Delete,
 		"revived", res.Counts.Revive, "stale", res.Counts.StaleRecords, "skipped", b.Skipped, "quarantined", b.Quarantined)
-	e.logCheckpoint(t.cfg.Name, res)
+	if res.CheckpointSkipped {
+		e.log.Debug("log checkpoint skipped: the previous one is still being written; the next checkpoint version covers this one", "table", t.cfg.Name, "version", res.Version)
+	}
 	e.commitGroupOffsets(ctx, b.Ranges)
 	e.recordCommit(t, &f.buf, b, res, f.refreshed, f.quarantined)
 	t.holdFailures = 0
@@ -1429,20 +1450,38 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	return true
 }
 
-// logCheckpoint logs a commit's log checkpoint when it failed (the
-// commit stands; readers replay more of the log until a later checkpoint
-// lands, and each checkpoint version tries again) and, at debug level,
-// what it took.
-func (e *Engine) logCheckpoint(table string, res *Result) {
-	if !res.Checkpointed {
-		return
+// checkpointDone reports a log checkpoint's outcome as it ends (on the
+// checkpoint's goroutine, or the commit's when written during it): a
+// failure is logged with the table and version (the commits stand;
+// readers replay more of the log until a later checkpoint lands, and each
+// checkpoint version tries again) and counted, its time observed, and the
+// outcome kept for the next batch's result.
+func (e *Engine) checkpointDone(t *tableRun, o delta.CheckpointOutcome) {
+	if o.Err != nil {
+		e.log.Warn("log checkpoint failed; the commits stand and the next checkpoint version tries again", "table", t.cfg.Name, "version", o.Version,
+			"took", o.Took, "err", o.Err)
+	} else {
+		e.log.Debug("log checkpoint written", "table", t.cfg.Name, "version", o.Version, "took", o.Took)
 	}
-	if res.CheckpointErr != nil {
-		e.log.Warn("log checkpoint failed; the commit stands and the next checkpoint version tries again", "table", table, "version", res.Version,
-			"took", res.Durations.Checkpoint, "err", res.CheckpointErr)
-		return
+	e.metrics.checkpointed(t.cfg.Name, o.Took, o.Err)
+	if e.OnCheckpoint != nil {
+		e.OnCheckpoint(t.cfg.Name, o)
 	}
-	e.log.Debug("log checkpoint written", "table", table, "version", res.Version, "took", res.Durations.Checkpoint)
+	t.ckptMu.Lock()
+	t.ckpt = &o
+	t.ckptMu.Unlock()
+}
+
+// takeCheckpoint reports with res the log checkpoint that ended since
+// the previous result, if one did.
+func (t *tableRun) takeCheckpoint(res *Result) {
+	t.ckptMu.Lock()
+	o := t.ckpt
+	t.ckpt = nil
+	t.ckptMu.Unlock()
+	if o != nil {
+		res.setCheckpoint(*o)
+	}
 }
 
 // resync drops a table's buffer, reloads the table and seeks its assigned

@@ -77,5 +77,9 @@ func (e *Engine) Load(ctx context.Context, table string, recs []debezium.Record)
 	if err != nil {
 		return nil, fmt.Errorf("load table %s: %w", t.cfg.Name, err)
 	}
+	// A load is a bulk step its caller may follow with anything, exiting
+	// included: its checkpoint, if it started one, is done when it returns.
+	t.applier.table.WaitCheckpoints()
+	t.takeCheckpoint(res)
 	return res, nil
 }

@@ -269,6 +269,18 @@ type batchDone struct {
 	horizon     *tombstone.Horizon
 }
 
+// checkpointed records a log checkpoint's outcome: its time as the
+// checkpoint stage, and its failure.
+func (m *Metrics) checkpointed(table string, took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.stageSeconds.WithLabelValues(table, stageCheckpoint).Observe(took.Seconds())
+	if err != nil {
+		m.ckptFailed.WithLabelValues(table).Inc()
+	}
+}
+
 // committed records a committed batch: outcomes, rows, stages, version,
 // positions (and so lag) and freshness.
 func (m *Metrics) committed(d batchDone) {
@@ -292,12 +304,6 @@ func (m *Metrics) committed(d batchDone) {
 	m.stageSeconds.WithLabelValues(t, stageQuarantine).Observe(d.quarantine.Seconds())
 	m.stageSeconds.WithLabelValues(t, stagePlan).Observe(d.res.Durations.Plan.Seconds())
 	m.stageSeconds.WithLabelValues(t, stageCommit).Observe(d.res.Durations.Commit.Seconds())
-	if d.res.Checkpointed {
-		m.stageSeconds.WithLabelValues(t, stageCheckpoint).Observe(d.res.Durations.Checkpoint.Seconds())
-		if d.res.CheckpointErr != nil {
-			m.ckptFailed.WithLabelValues(t).Inc()
-		}
-	}
 	m.version.WithLabelValues(t).Set(float64(d.res.Version))
 	if d.schema > 0 {
 		m.schemaChanges.WithLabelValues(t).Add(float64(d.schema))

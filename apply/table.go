@@ -38,34 +38,50 @@ type Result struct {
 	Counts  Counts
 	Files   struct{ Added, Removed int }
 	// Durations times the stages for metrics: Plan is reduce, plan and
-	// the data files written; Commit is the Delta log commit, and on a
-	// checkpoint version Checkpoint is the part of it spent writing the
-	// log checkpoint and cleaning up the log.
+	// the data files written; Commit is the Delta log commit; Checkpoint
+	// is the log checkpoint reported with this result (Checkpointed).
 	Durations struct{ Plan, Commit, Checkpoint time.Duration }
-	// Checkpointed is set on a checkpoint version (every
-	// delta.checkpointInterval-th); CheckpointErr is its failure. The
-	// batch stands either way: readers replay more of the log until a
-	// later checkpoint lands.
-	Checkpointed  bool
-	CheckpointErr error
+	// Checkpointed says a log checkpoint ended since the previous result:
+	// that of CheckpointVersion (every delta.checkpointInterval-th
+	// version), written in the background while this batch was applied
+	// (or, by a TableApplier without an engine, during this commit);
+	// CheckpointErr is its failure. The batches stand either way: readers
+	// replay more of the log until a later checkpoint lands.
+	Checkpointed      bool
+	CheckpointVersion int64
+	CheckpointErr     error
+	// CheckpointSkipped says this commit's version was a checkpoint
+	// version but the previous checkpoint was still being written: the
+	// next checkpoint version's covers it.
+	CheckpointSkipped bool
 	// Keys and Tombstones are the rows the table holds after the commit
 	// (every key's row, and those soft-deleted), from the key index.
 	Keys, Tombstones int
 }
 
+// setCheckpoint reports a log checkpoint's outcome with r.
+func (r *Result) setCheckpoint(o delta.CheckpointOutcome) {
+	r.Checkpointed, r.CheckpointVersion, r.CheckpointErr = true, o.Version, o.Err
+	r.Durations.Checkpoint = o.Took
+}
+
 // TableApplier applies batches to one Delta table. It is not safe for
 // concurrent use: one goroutine owns a table.
 type TableApplier struct {
-	name     string
-	pipeline string
-	table    *delta.Table
-	newFiles func(*Layout) (RowFiles, error)
-	rf       RowFiles // for the current layout
-	keyNames []string
-	clock    func() time.Time
-	mode     MergeMode
-	fold     bool              // merge-on-read batches fold small and hollow files
-	props    map[string]string // table properties to set (SetTableProperties)
+	// checkpointDone, when set, receives the outcome of a log checkpoint
+	// written during a commit (the engine's tables write theirs in the
+	// background, delta.BackgroundCheckpoints, and it receives those too).
+	checkpointDone func(delta.CheckpointOutcome)
+	name           string
+	pipeline       string
+	table          *delta.Table
+	newFiles       func(*Layout) (RowFiles, error)
+	rf             RowFiles // for the current layout
+	keyNames       []string
+	clock          func() time.Time
+	mode           MergeMode
+	fold           bool              // merge-on-read batches fold small and hollow files
+	props          map[string]string // table properties to set (SetTableProperties)
 
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
@@ -589,8 +605,15 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	res := &Result{Version: committed.Version, Counts: plan.Counts, Keys: a.index.Len(), Tombstones: a.index.Tombstones()}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
 	res.Durations.Commit = took
-	res.Durations.Checkpoint = committed.CheckpointTook
-	res.Checkpointed, res.CheckpointErr = committed.Checkpointed, committed.CheckpointErr
+	res.CheckpointSkipped = committed.CheckpointSkipped
+	if committed.Checkpointed && !committed.CheckpointBackground {
+		out := delta.CheckpointOutcome{Version: committed.Version, Took: committed.CheckpointTook, Err: committed.CheckpointErr}
+		if a.checkpointDone != nil {
+			a.checkpointDone(out)
+		} else {
+			res.setCheckpoint(out)
+		}
+	}
 	return res, nil
 }
 

@@ -187,6 +187,12 @@ type Committed struct {
 	// CheckpointErr is a failure of the log checkpoint or cleanup after the
 	// commit; the commit itself stands.
 	CheckpointErr error
+	// With BackgroundCheckpoints, a checkpoint version's checkpoint is
+	// started instead (Checkpointed and CheckpointBackground set; its
+	// outcome goes to the option's function), or skipped because the
+	// previous one is still running (CheckpointSkipped).
+	CheckpointBackground bool
+	CheckpointSkipped    bool
 }
 
 // blindAppend reports whether the transaction only adds data without
@@ -439,6 +445,20 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 	if interval := checkpointInterval(m); version > 0 && version%interval == 0 {
 		started := time.Now()
 		cutoff, err := tombstoneCutoff(snap, tx.table.opts.clock())
+		if err == nil && tx.table.opts.background != nil {
+			// The writer's snapshot drops the expired tombstones now: the
+			// checkpoint leaves them out whether or not it lands, and so
+			// does every later one (the cutoff only moves on).
+			withCkpt := *snap
+			withCkpt.tombstones = tombstonesSince(&snap.tombstones, cutoff)
+			res.Snapshot = &withCkpt
+			if tx.checkpointInBackground(ctx, &withCkpt, cutoff) {
+				res.Checkpointed, res.CheckpointBackground = true, true
+			} else {
+				res.CheckpointSkipped = true
+			}
+			return res, nil
+		}
 		if err == nil {
 			err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
 		}

@@ -35,6 +35,7 @@ type options struct {
 	engineInfo      string
 	clock           func() time.Time
 	checkpointError func(version int64, err error)
+	background      *bgCheckpoints // nil: checkpoints on the commit's path
 }
 
 // MaxCommitRetries bounds how many times a commit that lost a race to a

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cdcapply/cdcapply/apply"
+	"github.com/cdcapply/cdcapply/delta"
 )
 
 // Job is what the engine side of a bench run is given: the pipeline file
@@ -71,20 +72,31 @@ type BatchStat struct {
 	FilesAdd   int     `json:"files_added"`
 	FilesDel   int     `json:"files_removed"`
 	// Stage durations in milliseconds: decode (while buffering), refresh,
-	// plan (reduce, plan, data files written), commit (the Delta log,
-	// checkpoint included) and, on checkpoint versions, the checkpoint's
-	// part of commit.
+	// plan (reduce, plan, data files written), commit (the Delta log)
+	// and the log checkpoint that ended since the previous batch (written
+	// beside the commits; EngineResult.Checkpoints has every one).
 	DecodeMs     float64 `json:"decode_ms"`
 	RefreshMs    float64 `json:"refresh_ms"`
 	PlanMs       float64 `json:"plan_ms"`
 	CommitMs     float64 `json:"commit_ms"`
 	CheckpointMs float64 `json:"checkpoint_ms,omitempty"`
-	Checkpoint   bool    `json:"checkpoint,omitempty"` // the commit wrote a log checkpoint
+	Checkpoint   bool    `json:"checkpoint,omitempty"` // a log checkpoint ended since the previous batch
+	// CheckpointSkipped: this version was a checkpoint version, skipped
+	// while the previous checkpoint was still being written.
+	CheckpointSkipped bool `json:"checkpoint_skipped,omitempty"`
 	// Fresh* are the batch's change freshness quantiles (source commit time
 	// to this commit), milliseconds.
 	FreshP50 float64 `json:"fresh_p50_ms"`
 	FreshP99 float64 `json:"fresh_p99_ms"`
 	FreshMax float64 `json:"fresh_max_ms"`
+}
+
+// CheckpointStat is one log checkpoint: its version, how long it and the
+// log cleanup after it took, and its failure.
+type CheckpointStat struct {
+	Version int64   `json:"version"`
+	Ms      float64 `json:"ms"`
+	Err     string  `json:"error,omitempty"`
 }
 
 // Sample is one memory reading of the engine process.
@@ -132,6 +144,8 @@ type EngineResult struct {
 	// it): their kernel time is part of CPUSys, and a CPU profile
 	// charges it to the instruction that touched the page.
 	MinorFaults int64 `json:"minor_faults"`
+	// Checkpoints are the log checkpoints the engine wrote, as each ended.
+	Checkpoints []CheckpointStat `json:"checkpoints,omitempty"`
 	// HostCPU is the whole machine's CPU from the engine's start to the
 	// stream applied: how much of it the hypervisor stole meanwhile.
 	HostCPU *HostCPU `json:"host_cpu,omitempty"`
@@ -191,6 +205,16 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 	// to the collector, which does the sorting and bookkeeping.
 	reports := make(chan *apply.BatchReport, 1024)
 	e.OnBatch = func(r *apply.BatchReport) { reports <- r }
+	var ckptMu sync.Mutex // guards res.Checkpoints against the checkpoints' goroutine
+	e.OnCheckpoint = func(_ string, o delta.CheckpointOutcome) {
+		st := CheckpointStat{Version: o.Version, Ms: ms(o.Took)}
+		if o.Err != nil {
+			st.Err = o.Err.Error()
+		}
+		ckptMu.Lock()
+		res.Checkpoints = append(res.Checkpoints, st)
+		ckptMu.Unlock()
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -270,7 +294,7 @@ loop:
 				At: ms(committed.Sub(start)), Version: r.Version, Records: r.Read, Changes: r.Changes,
 				RowsBefore: r.RowsBefore, Inserted: c.Insert, Updated: c.Update, Deleted: c.Delete, Revived: c.Revive,
 				Stale: c.StaleRecords, FilesAdd: r.Result.Files.Added, FilesDel: r.Result.Files.Removed,
-				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint), Checkpoint: r.Result.Checkpointed,
+				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint), Checkpoint: r.Result.Checkpointed, CheckpointSkipped: r.Result.CheckpointSkipped,
 				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1),
 			})
 			res.Records += int64(r.Read)

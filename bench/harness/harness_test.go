@@ -54,12 +54,18 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The engine's commits end at rep.Table.Version; every other one
-	// wrote a checkpoint (version 0 writes none).
+	// The engine's commits end at rep.Table.Version; every other one is
+	// a checkpoint version (version 0 writes none), whose checkpoint was
+	// written beside the commits or skipped while the previous one ran.
 	if want := int(rep.Table.Version / 2); want == 0 {
 		t.Errorf("table at version %d: no checkpoint version, the run exercised too little", rep.Table.Version)
-	} else if rep.Checkpoints == nil && want > 0 || rep.Checkpoints != nil && rep.Checkpoints.Count != want {
-		t.Errorf("checkpoints %+v, want %d for versions 1-%d", rep.Checkpoints, want, rep.Table.Version)
+	} else if c := rep.Checkpoints; c == nil || c.Count == 0 || c.Count+c.Skipped != want || c.Failed != 0 {
+		t.Errorf("checkpoints %+v, want %d written or skipped for versions 1-%d, at least one written, none failed", c, want, rep.Table.Version)
+	}
+	for _, c := range rep.Engine.Checkpoints {
+		if c.Version%2 != 0 || c.Version > rep.Table.Version {
+			t.Errorf("checkpoint of version %d: not a checkpoint version of versions 1-%d", c.Version, rep.Table.Version)
+		}
 	}
 	if rep.Table.LiveRows != oracle.Len() {
 		t.Errorf("live rows %d (from the log's stats), oracle rows %d", rep.Table.LiveRows, oracle.Len())
@@ -335,24 +341,33 @@ func TestSmokeMergeOnRead(t *testing.T) {
 // TestCheckpointFigures: only the batches that wrote a checkpoint count,
 // and the first and last tenth show a checkpoint that grew over the run.
 func TestCheckpointFigures(t *testing.T) {
-	if c := checkpointFigures([]BatchStat{{CommitMs: 5}, {CommitMs: 7}}); c != nil {
+	if c := checkpointFigures(nil, []BatchStat{{CommitMs: 5}, {CommitMs: 7}}); c != nil {
 		t.Fatalf("no checkpoint written, figures %+v, want none", c)
 	}
+	var cs []CheckpointStat
 	var bs []BatchStat
-	for i := 1; i <= 200; i++ {
+	for i := 1; i <= 210; i++ {
 		b := BatchStat{Version: int64(i), CommitMs: 4}
 		if i%10 == 0 {
-			// 20 checkpoints growing from 100 to 2,000 ms.
-			b.Checkpoint, b.CheckpointMs = true, float64(i*10)
-			b.CommitMs += b.CheckpointMs
+			if i == 110 {
+				// Reached while the previous one ran.
+				b.CheckpointSkipped = true
+			} else {
+				// 20 checkpoints growing from 100 to 2,100 ms, one failed.
+				c := CheckpointStat{Version: int64(i), Ms: float64(i * 10)}
+				if i == 50 {
+					c.Err = "refused"
+				}
+				cs = append(cs, c)
+			}
 		}
 		bs = append(bs, b)
 	}
-	c := checkpointFigures(bs)
+	c := checkpointFigures(cs, bs)
 	if c == nil {
 		t.Fatal("20 checkpoints written, no figures")
 	}
-	want := CheckpointFigures{Count: 20, P50Ms: 1100, MaxMs: 2000, FirstMs: 200, LastMs: 2000}
+	want := CheckpointFigures{Count: 20, Skipped: 1, Failed: 1, P50Ms: 1200, MaxMs: 2100, FirstMs: 200, LastMs: 2100}
 	if *c != want {
 		t.Fatalf("figures %+v, want %+v", *c, want)
 	}

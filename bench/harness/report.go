@@ -206,31 +206,45 @@ type TableFigures struct {
 	RowsPerChange float64 `json:"rows_written_per_change"`
 }
 
-// CheckpointFigures are the log checkpoints the engine's commits wrote
-// (each delta.checkpointInterval-th version), in milliseconds of the
-// commit they were part of. FirstMs and LastMs are the medians of the
-// first and the last tenth of them (at least one each): a checkpoint
-// that grows over the run (tombstones kept for a long retention) shows
-// as LastMs well above FirstMs.
+// CheckpointFigures are the log checkpoints the engine wrote (each
+// delta.checkpointInterval-th version, beside the commits), in
+// milliseconds each took with the log cleanup after it. FirstMs and
+// LastMs are the medians of the first and the last tenth of them (at
+// least one each): a checkpoint that grows over the run (tombstones kept
+// for a long retention) shows as LastMs well above FirstMs. Skipped
+// counts checkpoint versions reached while the previous checkpoint was
+// still being written; Failed those that failed.
 type CheckpointFigures struct {
 	Count   int     `json:"count"`
+	Skipped int     `json:"skipped,omitempty"`
+	Failed  int     `json:"failed,omitempty"`
 	P50Ms   float64 `json:"p50_ms"`
 	MaxMs   float64 `json:"max_ms"`
 	FirstMs float64 `json:"first_tenth_median_ms"`
 	LastMs  float64 `json:"last_tenth_median_ms"`
 }
 
-// checkpointFigures summarises the batches that wrote a checkpoint; nil
-// when none did.
-func checkpointFigures(bs []BatchStat) *CheckpointFigures {
-	var ms []float64
+// checkpointFigures summarises the checkpoints (in the order they ended)
+// and the batches' skipped ones; nil when there were neither.
+func checkpointFigures(cs []CheckpointStat, bs []BatchStat) *CheckpointFigures {
+	f := &CheckpointFigures{Count: len(cs)}
 	for _, b := range bs {
-		if b.Checkpoint {
-			ms = append(ms, b.CheckpointMs)
+		if b.CheckpointSkipped {
+			f.Skipped++
+		}
+	}
+	var ms []float64
+	for _, c := range cs {
+		ms = append(ms, c.Ms)
+		if c.Err != "" {
+			f.Failed++
 		}
 	}
 	if len(ms) == 0 {
-		return nil
+		if f.Skipped == 0 {
+			return nil
+		}
+		return f
 	}
 	median := func(xs []float64) float64 {
 		s := slices.Clone(xs)
@@ -238,8 +252,9 @@ func checkpointFigures(bs []BatchStat) *CheckpointFigures {
 		return s[len(s)/2]
 	}
 	tenth := max(1, len(ms)/10)
-	return &CheckpointFigures{Count: len(ms), P50Ms: median(ms), MaxMs: slices.Max(ms),
-		FirstMs: median(ms[:tenth]), LastMs: median(ms[len(ms)-tenth:])}
+	f.P50Ms, f.MaxMs = median(ms), slices.Max(ms)
+	f.FirstMs, f.LastMs = median(ms[:tenth]), median(ms[len(ms)-tenth:])
+	return f
 }
 
 // CostBucket groups commits by the table's size before them.
@@ -308,7 +323,7 @@ func (r *Report) compute() {
 		r.CPURatio = t.EventsPerCPUSecond / r.Decode.PerCPUSecond
 	}
 	r.CostBySize = costBySize(e.Batches)
-	r.Checkpoints = checkpointFigures(e.Batches)
+	r.Checkpoints = checkpointFigures(e.Checkpoints, e.Batches)
 	r.Series = series(e)
 }
 
@@ -613,8 +628,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  %-34s %.2f (bytes written / live bytes); %.2f rows written per change record (%d rows, %d change records, %d rows live)\n",
 		"write amplification", tb.WriteAmp, tb.RowsPerChange, tb.RowsWritten, tb.ChangeRecords, tb.LiveRows)
 	if c := r.Checkpoints; c != nil {
-		fmt.Fprintf(w, "  %-34s %d, part of their commits: p50 %.0f ms, max %.0f ms; median of the first tenth %.0f ms, of the last tenth %.0f ms\n",
-			"log checkpoints", c.Count, c.P50Ms, c.MaxMs, c.FirstMs, c.LastMs)
+		fmt.Fprintf(w, "  %-34s %d written beside the commits (%d skipped while one ran, %d failed): p50 %.0f ms, max %.0f ms; median of the first tenth %.0f ms, of the last tenth %.0f ms\n",
+			"log checkpoints", c.Count, c.Skipped, c.Failed, c.P50Ms, c.MaxMs, c.FirstMs, c.LastMs)
 	}
 	fmt.Fprintf(w, "\n  per-batch cost by table size (plan + write + commit):\n")
 	printCost(w, r.CostBySize)

@@ -1,0 +1,97 @@
+package delta
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// CheckpointOutcome is how a log checkpoint written in the background
+// (BackgroundCheckpoints) ended: the checkpoint version, the time the
+// checkpoint and the log cleanup after it took, and their failure if
+// any (the commit stands either way).
+type CheckpointOutcome struct {
+	Version int64
+	Took    time.Duration
+	Err     error
+}
+
+// BackgroundCheckpoints moves the log checkpoint of a checkpoint version
+// (delta.checkpointInterval) and the expired-log cleanup after it off the
+// commit's path: Commit returns once the commit has landed, and a
+// goroutine writes the checkpoint of that version's snapshot meanwhile,
+// then hands done the outcome (on its own goroutine). At most one
+// checkpoint runs per Table: a checkpoint version reached while one runs
+// is skipped (Committed.CheckpointSkipped), and the next covers it.
+// WaitCheckpoints waits for the one running. A crash mid-way loses only
+// the checkpoint: it is written whole or not at all, and readers replay
+// the log from the previous one.
+func BackgroundCheckpoints(done func(CheckpointOutcome)) Option {
+	return func(o *options) { o.background = &bgCheckpoints{done: done} }
+}
+
+// bgCheckpoints runs a table's background checkpoints, one at a time.
+type bgCheckpoints struct {
+	done    func(CheckpointOutcome)
+	mu      sync.Mutex
+	running bool
+	wg      sync.WaitGroup
+}
+
+// start runs write in the background unless a checkpoint is running
+// already (false).
+func (b *bgCheckpoints) start(version int64, write func() error) bool {
+	b.mu.Lock()
+	if b.running {
+		b.mu.Unlock()
+		return false
+	}
+	b.running = true
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		started := time.Now()
+		err := write()
+		out := CheckpointOutcome{Version: version, Took: time.Since(started), Err: err}
+		// The outcome is handed over before the next checkpoint may
+		// start, so outcomes arrive in version order.
+		if b.done != nil {
+			b.done(out)
+		}
+		b.mu.Lock()
+		b.running = false
+		b.mu.Unlock()
+	}()
+	return true
+}
+
+// WaitCheckpoints waits for the background checkpoint running, if any
+// (BackgroundCheckpoints), and for its outcome to be handed over.
+func (t *Table) WaitCheckpoints() {
+	if b := t.opts.background; b != nil {
+		b.wg.Wait()
+	}
+}
+
+// checkpointInBackground starts version's checkpoint of snap with
+// tombstones deleted before cutoff left out, and the log cleanup after
+// it; ctx's values are kept but not its cancellation (the commit's
+// context may end as soon as Commit returns).
+func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapshot, cutoff int64) bool {
+	t := tx.table
+	loc := t.Location()
+	bctx := context.WithoutCancel(ctx)
+	return t.opts.background.start(snap.Version, func() error {
+		if err := writeCheckpointCutoff(bctx, t.store, snap, cutoff); err != nil {
+			return fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)
+		}
+		withCkpt := *snap
+		withCkpt.checkpointVersion = snap.Version
+		if err := CleanupExpiredLogs(bctx, t.store, &withCkpt, t.opts.clock()); err != nil {
+			return fmt.Errorf("clean up log of table %s after version %d: %w", loc, snap.Version, err)
+		}
+		return nil
+	})
+}

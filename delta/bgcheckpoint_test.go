@@ -1,0 +1,110 @@
+package delta
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// heldCheckpoints holds every checkpoint write until release is closed.
+type heldCheckpoints struct {
+	storage.Storage
+	release chan struct{}
+	started chan string
+}
+
+func (h *heldCheckpoints) WriteIfAbsent(ctx context.Context, path string, data []byte) error {
+	if strings.HasSuffix(path, ".checkpoint.parquet") {
+		h.started <- path
+		<-h.release
+	}
+	return h.Storage.WriteIfAbsent(ctx, path, data)
+}
+
+// TestBackgroundCheckpoint: with BackgroundCheckpoints a checkpoint
+// version's commit returns while its checkpoint is still being written,
+// the commits after it go on meanwhile, a checkpoint version reached
+// while it runs is skipped, and once released the checkpoint lands
+// (readers start from it) with its outcome handed over.
+func TestBackgroundCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	held := &heldCheckpoints{Storage: storage.NewLocal(t.TempDir()), release: make(chan struct{}), started: make(chan string, 8)}
+	var mu sync.Mutex
+	var outcomes []CheckpointOutcome
+	tbl, snap := createTable(t, held, map[string]string{"delta.checkpointInterval": "2"},
+		BackgroundCheckpoints(func(o CheckpointOutcome) {
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			mu.Unlock()
+		}))
+	commit := func(i int) *Committed {
+		t.Helper()
+		tx := tbl.Begin(snap)
+		for _, a := range snap.Files() {
+			tx.RemoveFile(a, true)
+		}
+		tx.Add(fakeAdd(fmt.Sprintf("f%03d", i)))
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = c.Snapshot
+		return c
+	}
+	for i := 1; i <= 5; i++ {
+		c := commit(i)
+		switch c.Version {
+		case 2:
+			if !c.Checkpointed || !c.CheckpointBackground || c.CheckpointSkipped {
+				t.Fatalf("version 2: %+v, want its checkpoint started in the background", c)
+			}
+			if p := <-held.started; !strings.Contains(p, "00000000000000000002.checkpoint") {
+				t.Fatalf("checkpoint write of %s, want version 2's", p)
+			}
+		case 4:
+			// Version 2's checkpoint is still held: this one is skipped.
+			if c.Checkpointed || !c.CheckpointSkipped {
+				t.Fatalf("version 4: %+v, want its checkpoint skipped while version 2's runs", c)
+			}
+		default:
+			if c.Checkpointed || c.CheckpointSkipped {
+				t.Fatalf("version %d is no checkpoint version: %+v", c.Version, c)
+			}
+		}
+	}
+	mu.Lock()
+	early := len(outcomes)
+	mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d outcomes while the checkpoint was held", early)
+	}
+	if _, err := held.Read(ctx, ckptClassicPath(2)); err == nil {
+		t.Fatal("version 2's checkpoint exists while its write is held")
+	}
+	close(held.release)
+	tbl.WaitCheckpoints()
+	if len(outcomes) != 1 || outcomes[0].Version != 2 || outcomes[0].Err != nil || outcomes[0].Took <= 0 {
+		t.Fatalf("outcomes %+v, want version 2's, without error", outcomes)
+	}
+	replayed, err := Open(held.Storage).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed.CheckpointVersion() != 2 {
+		t.Errorf("a reader starts from version %d's checkpoint, want 2", replayed.CheckpointVersion())
+	}
+	sameState(t, "after the background checkpoint", snap, replayed)
+	// The next checkpoint version starts one again.
+	commit(6)
+	if p := <-held.started; !strings.Contains(p, "00000000000000000006.checkpoint") {
+		t.Fatalf("checkpoint write of %s, want version 6's", p)
+	}
+	tbl.WaitCheckpoints()
+	if len(outcomes) != 2 || outcomes[1].Version != 6 || outcomes[1].Err != nil {
+		t.Fatalf("outcomes %+v, want version 6's second", outcomes)
+	}
+}
