@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -44,8 +45,34 @@ func runFrom(ctx context.Context, store storage.Storage, stream []*Change, size 
 }
 
 func runFromMode(ctx context.Context, store storage.Storage, stream []*Change, size int, mode MergeMode) error {
+	return runFromModeWith(ctx, store, stream, size, mode, false)
+}
+
+// runFromModeWith is runFromMode, with the log checkpoint written in the
+// background (as the engine does) when background is set: a crash while
+// it is written ends the run as it would end the process.
+func runFromModeWith(ctx context.Context, store storage.Storage, stream []*Change, size int, mode MergeMode, background bool) (err error) {
 	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
-	a := NewTableApplier("orders", "p", delta.Open(store), newFiles, []string{"id"}, nil)
+	var opts []delta.Option
+	var mu sync.Mutex
+	var ckptErr error
+	if background {
+		opts = append(opts, delta.BackgroundCheckpoints(func(o delta.CheckpointOutcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(o.Err, storage.ErrCrashed) && ckptErr == nil {
+				ckptErr = o.Err
+			}
+		}))
+	}
+	tbl := delta.Open(store, opts...)
+	defer func() {
+		tbl.WaitCheckpoints()
+		if err == nil {
+			err = ckptErr
+		}
+	}()
+	a := NewTableApplier("orders", "p", tbl, newFiles, []string{"id"}, nil)
 	if err := a.SetMergeMode(mode); err != nil {
 		return err
 	}
@@ -119,10 +146,25 @@ func TestCrashAtEveryStorageOperationMergeOnRead(t *testing.T) {
 	crashAtEveryStorageOperation(t, MergeOnRead)
 }
 
+// TestCrashAtEveryStorageOperationBackgroundCheckpoint is the same with
+// the log checkpoint at version 10 and its cleanup written in the
+// background, as the engine writes them: a crash while they are written
+// leaves a valid table and a restart converges.
+func TestCrashAtEveryStorageOperationBackgroundCheckpoint(t *testing.T) {
+	crashAtEveryStorageOperationWith(t, CopyOnWrite, true)
+}
+
 func crashAtEveryStorageOperation(t *testing.T, mode MergeMode) {
+	crashAtEveryStorageOperationWith(t, mode, false)
+}
+
+func crashAtEveryStorageOperationWith(t *testing.T, mode MergeMode, background bool) {
 	ctx := context.Background()
 	stream, oracle := crashStream(44, 1)
 	const size = 4
+	runFromMode := func(ctx context.Context, store storage.Storage, stream []*Change, size int, mode MergeMode) error {
+		return runFromModeWith(ctx, store, stream, size, mode, background)
+	}
 
 	// A clean run counts the operations.
 	clean := storage.NewFaulty(storage.NewLocal(t.TempDir()))
@@ -130,6 +172,17 @@ func crashAtEveryStorageOperation(t *testing.T, mode MergeMode) {
 		t.Fatal(err)
 	}
 	total := clean.Count()
+	if background {
+		ckpt := 0
+		for _, op := range clean.Ops() {
+			if strings.HasSuffix(op.Path, ".checkpoint.parquet") {
+				ckpt++
+			}
+		}
+		if ckpt == 0 {
+			t.Fatal("the clean run wrote no log checkpoint: the test would not crash one in the background")
+		}
+	}
 	if mode == MergeOnRead {
 		var dvFiles int
 		for _, op := range clean.Ops() {
