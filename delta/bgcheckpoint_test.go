@@ -2,7 +2,6 @@ package delta
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -43,15 +42,7 @@ func TestBackgroundCheckpoint(t *testing.T) {
 		}))
 	commit := func(i int) *Committed {
 		t.Helper()
-		tx := tbl.Begin(snap)
-		for _, a := range snap.Files() {
-			tx.RemoveFile(a, true)
-		}
-		tx.Add(fakeAdd(fmt.Sprintf("f%03d", i)))
-		c, err := tx.Commit(ctx, "WRITE", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := replaceFiles(t, tbl, snap, i)
 		snap = c.Snapshot
 		return c
 	}

@@ -676,6 +676,22 @@ func TestTombstonesCarryNoStats(t *testing.T) {
 // writer holds only the retention's worth of them, not every remove of
 // its run (a merge-on-read stream removes a file per deletion vector it
 // changes, about a hundred a commit at 10M keys).
+// replaceFiles commits the removal of every file of snap and the add of
+// file i: a tombstone per file a commit.
+func replaceFiles(t *testing.T, tbl *Table, snap *Snapshot, i int) *Committed {
+	t.Helper()
+	tx := tbl.Begin(snap)
+	for _, a := range snap.Files() {
+		tx.RemoveFile(a, true)
+	}
+	tx.Add(fakeAdd(fmt.Sprintf("f%03d", i)))
+	c, err := tx.Commit(context.Background(), "WRITE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestCommitExpiresTombstonesAtCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
@@ -686,15 +702,7 @@ func TestCommitExpiresTombstonesAtCheckpoint(t *testing.T) {
 	const commits = 40
 	for i := 1; i <= commits; i++ {
 		now = now.Add(10 * time.Minute)
-		tx := tbl.Begin(snap)
-		for _, a := range snap.Files() {
-			tx.RemoveFile(a, true)
-		}
-		tx.Add(fakeAdd(fmt.Sprintf("f%03d", i)))
-		c, err := tx.Commit(ctx, "WRITE", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := replaceFiles(t, tbl, snap, i)
 		if c.CheckpointErr != nil {
 			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
 		}

@@ -34,25 +34,13 @@ func sleepInSyscall(d time.Duration, done chan<- uint64) {
 // report puts the unused P on the lone goroutine and the call's time on
 // its site.
 func TestAnalyzeAttributesIdleCores(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var buf bytes.Buffer
-	if err := trace.Start(&buf); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan uint64)
-	go spinAlone(200*time.Millisecond, done)
-	<-done
-	go sleepInSyscall(150*time.Millisecond, done)
-	<-done
-	trace.Stop()
-
-	rep, err := Analyze(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.Write(&out, 10)
-	t.Log("\n" + out.String())
+	rep := traced(t, func() {
+		done := make(chan uint64)
+		go spinAlone(200*time.Millisecond, done)
+		<-done
+		go sleepInSyscall(150*time.Millisecond, done)
+		<-done
+	})
 	if rep.Procs != 2 {
 		t.Fatalf("Procs = %d, want 2 (GOMAXPROCS)", rep.Procs)
 	}
@@ -76,6 +64,27 @@ func TestAnalyzeAttributesIdleCores(t *testing.T) {
 	if d := total - rep.Seconds; d > 1e-6 || d < -1e-6 {
 		t.Errorf("running spells add to %.6f s, the trace spans %.6f s", total, rep.Seconds)
 	}
+}
+
+// traced runs run under an execution trace on two Ps and returns the
+// trace's report (logged).
+func traced(t *testing.T, run func()) *Report {
+	t.Helper()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	trace.Stop()
+	rep, err := Analyze(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Write(&out, 10)
+	t.Log("\n" + out.String())
+	return rep
 }
 
 // sumOf adds the seconds of m's keys that have the prefix and suffix.
@@ -105,24 +114,12 @@ func waitOn(ch <-chan struct{}, done chan<- uint64) {
 // waits on a channel a timer fills 150 ms later; the report puts both
 // Ps' idle time on that wait, named by the function that blocked.
 func TestAnalyzeNamesWhatNothingWaitedFor(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var buf bytes.Buffer
-	if err := trace.Start(&buf); err != nil {
-		t.Fatal(err)
-	}
-	ch, done := make(chan struct{}), make(chan uint64)
-	go waitOn(ch, done)
-	time.AfterFunc(150*time.Millisecond, func() { close(ch) })
-	<-done
-	trace.Stop()
-
-	rep, err := Analyze(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.Write(&out, 10)
-	t.Log("\n" + out.String())
+	rep := traced(t, func() {
+		ch, done := make(chan struct{}), make(chan uint64)
+		go waitOn(ch, done)
+		time.AfterFunc(150*time.Millisecond, func() { close(ch) })
+		<-done
+	})
 	if got := sumOf(rep.Idle, "none: until chan receive @ ", ".waitOn"); got < 0.25 {
 		t.Errorf("idle put on waitOn's channel = %.3f core-s, want >= 0.25 (150 ms on 2 Ps)", got)
 	}
