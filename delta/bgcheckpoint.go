@@ -84,14 +84,19 @@ func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapsho
 	loc := t.Location()
 	bctx := context.WithoutCancel(ctx)
 	return t.opts.background.start(snap.Version, func() error {
-		if err := writeCheckpointCutoff(bctx, t.store, snap, cutoff); err != nil {
-			return fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)
+		err := writeCheckpointCutoff(bctx, t.store, snap, cutoff)
+		if err != nil {
+			err = fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)
+		} else {
+			withCkpt := *snap
+			withCkpt.checkpointVersion = snap.Version
+			if cerr := CleanupExpiredLogs(bctx, t.store, &withCkpt, t.opts.clock()); cerr != nil {
+				err = fmt.Errorf("clean up log of table %s after version %d: %w", loc, snap.Version, cerr)
+			}
 		}
-		withCkpt := *snap
-		withCkpt.checkpointVersion = snap.Version
-		if err := CleanupExpiredLogs(bctx, t.store, &withCkpt, t.opts.clock()); err != nil {
-			return fmt.Errorf("clean up log of table %s after version %d: %w", loc, snap.Version, err)
+		if err != nil && t.opts.checkpointError != nil {
+			t.opts.checkpointError(snap.Version, err)
 		}
-		return nil
+		return err
 	})
 }

@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -97,5 +98,36 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	tbl.WaitCheckpoints()
 	if len(outcomes) != 2 || outcomes[1].Version != 6 || outcomes[1].Err != nil {
 		t.Fatalf("outcomes %+v, want version 6's second", outcomes)
+	}
+}
+
+// TestBackgroundCheckpointFailure: a background checkpoint that cannot be
+// written reaches both the outcome and CheckpointErrorHandler, with its
+// version; the commit before it stood.
+func TestBackgroundCheckpointFailure(t *testing.T) {
+	f := storage.NewFaulty(storage.NewLocal(t.TempDir()))
+	f.SetRule(func(op storage.Op) storage.Fault {
+		if strings.HasSuffix(op.Path, ".checkpoint.parquet") {
+			return storage.Fail
+		}
+		return storage.Pass
+	})
+	var outcome CheckpointOutcome
+	var handled []int64
+	tbl, snap := createTable(t, f, map[string]string{"delta.checkpointInterval": "2"},
+		BackgroundCheckpoints(func(o CheckpointOutcome) { outcome = o }),
+		CheckpointErrorHandler(func(v int64, err error) { handled = append(handled, v) }))
+	for i := 1; i <= 2; i++ {
+		snap = replaceFiles(t, tbl, snap, i).Snapshot
+	}
+	tbl.WaitCheckpoints()
+	if outcome.Version != 2 || !errors.Is(outcome.Err, storage.ErrInjected) || !strings.Contains(outcome.Err.Error(), "checkpoint version 2") {
+		t.Fatalf("outcome %+v, want version 2's injected failure", outcome)
+	}
+	if len(handled) != 1 || handled[0] != 2 {
+		t.Fatalf("CheckpointErrorHandler saw versions %v, want [2]", handled)
+	}
+	if got, err := Open(f).Snapshot(context.Background()); err != nil || got.Version != 2 {
+		t.Fatalf("table after the failed checkpoint: %v, %v; want version 2", got, err)
 	}
 }

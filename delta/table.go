@@ -51,7 +51,8 @@ func Clock(now func() time.Time) Option { return func(o *options) { o.clock = no
 
 // CheckpointErrorHandler receives failures of the log checkpoint or log
 // cleanup that follow a successful commit. They never fail the commit; they
-// are also reported in Committed.CheckpointErr.
+// are also reported in Committed.CheckpointErr, or with
+// BackgroundCheckpoints in the outcome.
 func CheckpointErrorHandler(f func(version int64, err error)) Option {
 	return func(o *options) { o.checkpointError = f }
 }
