@@ -39,6 +39,7 @@ type Metrics struct {
 	sourceTime    *prometheus.GaugeVec
 	purgeHorizon  *prometheus.GaugeVec
 	tableRows     *prometheus.GaugeVec
+	logFiles      *prometheus.GaugeVec
 	indexRefresh  *prometheus.CounterVec
 	freshness     *prometheus.Desc
 
@@ -109,6 +110,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tableRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_rows",
 			Help: "Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start."},
 			[]string{"table", "state"}),
+		logFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_log_files",
+			Help: "Data files in the table's Delta log state after each commit: live (add actions), or removed (remove actions kept until delta.deletedFileRetentionDuration expires them; every log checkpoint carries them and the writer holds them in memory). Merge-on-read removes and re-adds each file whose deletion vector a commit changes."},
+			[]string{"table", "state"}),
 		indexRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_key_index_refreshes_total",
 			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change, a resync the applier's state could not be trusted for)."},
 			[]string{"table", "how"}),
@@ -121,7 +125,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		freshAsOf: map[string]time.Time{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed,
-		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.indexRefresh, freshnessCollector{m})
+		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
 	return m
 }
 
@@ -312,6 +316,8 @@ func (m *Metrics) committed(d batchDone) {
 		m.purgeHorizon.WithLabelValues(t).Set(float64(d.horizon.SourceTsMicros) / 1e6)
 	}
 	m.rowsHeld(t, d.res.Keys, d.res.Tombstones)
+	m.logFiles.WithLabelValues(t, "live").Set(float64(d.res.LogFiles))
+	m.logFiles.WithLabelValues(t, "removed").Set(float64(d.res.LogRemoved))
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

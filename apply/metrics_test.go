@@ -203,6 +203,12 @@ cdcapply_table_rows{state="tombstone",table="orders"} 0
 	if got := testutil.ToFloat64(m.version.WithLabelValues("orders")); got != float64(snap.Version) {
 		t.Errorf("orders version metric = %v, table is at %d", got, snap.Version)
 	}
+	// The log's files after the last commit, as the table's own log says.
+	live, removed := testutil.ToFloat64(m.logFiles.WithLabelValues("orders", "live")), testutil.ToFloat64(m.logFiles.WithLabelValues("orders", "removed"))
+	if live != float64(snap.NumFiles()) || removed != float64(snap.NumTombstones()) || removed == 0 {
+		t.Errorf("orders log files metric: %v live, %v removed; the log has %d and %d (an update rewrote a file, so some are removed)",
+			live, removed, snap.NumFiles(), snap.NumTombstones())
+	}
 	batches := uint64(snap.Version + 1)
 	read := 0
 	for _, end := range orders.ends {

@@ -57,6 +57,14 @@ type Result struct {
 	// Keys and Tombstones are the rows the table holds after the commit
 	// (every key's row, and those soft-deleted), from the key index.
 	Keys, Tombstones int
+	// LogFiles and LogRemoved are the data files of the table's log state
+	// after the commit: live (add actions) and removed (remove actions
+	// the log keeps until delta.deletedFileRetentionDuration, which every
+	// log checkpoint carries and the writer's snapshot holds in memory).
+	// A merge-on-read commit removes and re-adds each file whose deletion
+	// vector it changes, so LogRemoved grows by the files a commit
+	// touches until the retention expires them.
+	LogFiles, LogRemoved int
 }
 
 // setCheckpoint reports a log checkpoint's outcome with r.
@@ -602,7 +610,8 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 			return nil, fmt.Errorf("apply to table %s: committed version %d, then %w; reopening: %w", a.name, committed.Version, err, oerr)
 		}
 	}
-	res := &Result{Version: committed.Version, Counts: plan.Counts, Keys: a.index.Len(), Tombstones: a.index.Tombstones()}
+	res := &Result{Version: committed.Version, Counts: plan.Counts, Keys: a.index.Len(), Tombstones: a.index.Tombstones(),
+		LogFiles: committed.Snapshot.NumFiles(), LogRemoved: committed.Snapshot.NumTombstones()}
 	res.Files.Added, res.Files.Removed = len(plan.Adds), len(plan.Removes)
 	res.Durations.Commit = took
 	res.CheckpointSkipped = committed.CheckpointSkipped

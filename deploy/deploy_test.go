@@ -209,7 +209,7 @@ func TestDashboard(t *testing.T) {
 		"cdcapply_partition_lag_records", "cdcapply_table_freshness_seconds", "cdcapply_records_total",
 		"cdcapply_rows_written_total", "cdcapply_stage_duration_seconds_bucket", "cdcapply_commits_fenced_total",
 		`outcome=\"quarantined\"`, "cdcapply_table_purge_horizon_seconds", "cdcapply_table_halted", "cdcapply_table_version",
-		"cdcapply_table_rows", "cdcapply_key_index_refreshes_total",
+		"cdcapply_table_rows", "cdcapply_key_index_refreshes_total", "cdcapply_table_log_files",
 	} {
 		if !strings.Contains(all, m) {
 			t.Errorf("no panel queries %s", m)

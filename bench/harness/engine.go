@@ -104,6 +104,11 @@ type Sample struct {
 	At        float64 `json:"at_ms"`
 	RSS       int64   `json:"rss"`
 	HeapInUse int64   `json:"heap_inuse"`
+	// LiveHeap is the heap the last collection found reachable: what the
+	// engine holds, without the garbage HeapInUse also counts, and what
+	// a memory limit cannot hide (RSS stays at the limit while the
+	// collector works harder to keep a growing live heap under it).
+	LiveHeap int64 `json:"live_heap"`
 }
 
 // EngineResult is what the engine side reports back.
@@ -228,7 +233,7 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		tick := time.NewTicker(job.Sample)
 		defer tick.Stop()
 		for {
-			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS"), HeapInUse: heapInUse()}
+			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS"), HeapInUse: heapInUse(), LiveHeap: liveHeap()}
 			mu.Lock()
 			res.Samples = append(res.Samples, s)
 			grew := s.HeapInUse > res.PeakHeapInUse+res.PeakHeapInUse/10
@@ -359,8 +364,13 @@ loop:
 
 // heapInUse reads the bytes of Go heap objects (live and not yet swept)
 // without stopping the world.
-func heapInUse() int64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+func heapInUse() int64 { return runtimeBytes("/memory/classes/heap/objects:bytes") }
+
+// liveHeap is the heap marked reachable by the last collection.
+func liveHeap() int64 { return runtimeBytes("/gc/heap/live:bytes") }
+
+func runtimeBytes(name string) int64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		return 0

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,9 @@ func TestSmoke(t *testing.T) {
 	}
 	if rep.Memory.PeakRSS <= 0 {
 		t.Errorf("no peak RSS")
+	}
+	if !slices.ContainsFunc(rep.Engine.Samples, func(s Sample) bool { return s.LiveHeap > 0 }) {
+		t.Errorf("the live heap not sampled: %d samples, none with a live heap", len(rep.Engine.Samples))
 	}
 	if runtime.GOOS == "linux" && (rep.Engine.HostCPU == nil || rep.Engine.HostCPU.CoreSeconds <= 0 ||
 		rep.Decode.Before.HostCPU == nil || rep.Decode.After.HostCPU == nil) {

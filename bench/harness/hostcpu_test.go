@@ -43,3 +43,40 @@ func TestHostCPUShares(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveHeapTrend: the live heap's slope is fitted over the second half
+// of the run only (the index build and the first batches grow the heap
+// before the steady state), samples before the first collection are left
+// out, and a flat heap has no slope.
+func TestLiveHeapTrend(t *testing.T) {
+	const mib = 1 << 20
+	var samples []Sample
+	for at := 0.0; at <= 600_000; at += 1000 { // ten minutes, a sample a second
+		live := int64(500 * mib)
+		switch {
+		case at < 2000:
+			live = 0 // no collection yet
+		case at < 300_000:
+			live = int64(at) * mib / 1000 // the build: a MiB a second
+		default:
+			live = 500*mib + int64((at-300_000)/60_000*6*mib) // then 6 MiB a minute
+		}
+		samples = append(samples, Sample{At: at, LiveHeap: live})
+	}
+	mid, end, perMin := liveHeapTrend(samples, 600_000)
+	if mid != 500*mib || end != 530*mib {
+		t.Errorf("mid %d end %d MiB, want 500 and 530", mid/mib, end/mib)
+	}
+	if perMin < 5.99*mib || perMin > 6.01*mib {
+		t.Errorf("growth %.3f MiB a minute, want 6", perMin/mib)
+	}
+	for i := range samples {
+		samples[i].LiveHeap = 700 * mib
+	}
+	if _, _, perMin := liveHeapTrend(samples, 600_000); perMin != 0 {
+		t.Errorf("flat heap: growth %v", perMin)
+	}
+	if mid, end, perMin := liveHeapTrend(nil, 0); mid != 0 || end != 0 || perMin != 0 {
+		t.Errorf("no samples: %d %d %v", mid, end, perMin)
+	}
+}

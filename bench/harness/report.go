@@ -179,7 +179,16 @@ type MemoryFigures struct {
 	// each half of the run: a growing run shows a larger second half.
 	RSSFirstHalfMax  int64 `json:"rss_first_half_max"`
 	RSSSecondHalfMax int64 `json:"rss_second_half_max"`
-	Isolated         bool  `json:"isolated"`
+	// LiveHeapMid and LiveHeapEnd are the Go heap the last collection
+	// found reachable at the run's midpoint and at its end, and
+	// LiveHeapGrowth its least-squares slope over the second half, in
+	// bytes per minute. A memory limit keeps RSS flat while the live
+	// heap grows (the collector then runs more often), so flat RSS alone
+	// does not show flat memory.
+	LiveHeapMid    int64   `json:"live_heap_mid"`
+	LiveHeapEnd    int64   `json:"live_heap_end"`
+	LiveHeapGrowth float64 `json:"live_heap_growth_per_min"`
+	Isolated       bool    `json:"isolated"`
 	// TotalAlloc is every byte the engine's Go heap allocated, NumGC its
 	// collections: unlike the times, they hardly move with the machine.
 	TotalAlloc int64 `json:"total_alloc"`
@@ -314,6 +323,7 @@ func (r *Report) compute() {
 			m.RSSSecondHalfMax = max(m.RSSSecondHalfMax, s.RSS)
 		}
 	}
+	m.LiveHeapMid, m.LiveHeapEnd, m.LiveHeapGrowth = liveHeapTrend(e.Samples, e.DoneAt)
 	r.Memory = m
 	if r.Decode.BothCores > 0 {
 		r.DecodeRatio = t.EventsPerSec / r.Decode.BothCores
@@ -621,6 +631,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-34s %s (VmHWM; %s); Go heap objects peak %s; RSS max first half %s, second half %s\n", "peak RSS", mib(m.PeakRSS), iso,
 		mib(m.PeakHeapInUse), mib(m.RSSFirstHalfMax), mib(m.RSSSecondHalfMax))
+	fmt.Fprintf(w, "  %-34s %s at the midpoint, %s at the end: %+.1f MiB a minute over the second half\n", "Go live heap (after collections)",
+		mib(m.LiveHeapMid), mib(m.LiveHeapEnd), m.LiveHeapGrowth/(1<<20))
 	fmt.Fprintf(w, "  %-34s %s allocated, %d collections; %d compressed batches decompressed, %d into reused buffers, %d left to the collector\n", "Go heap",
 		mib(m.TotalAlloc), m.NumGC, m.FetchBuffers, m.FetchBuffersReused, m.FetchBuffersForgotten)
 	tb := r.Table
@@ -665,4 +677,41 @@ func (r *Report) WriteJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// liveHeapTrend returns the live heap of the first sample at or after the
+// run's midpoint, of the last sample, and the least-squares slope of the
+// live heap over the samples from the midpoint on, in bytes per minute
+// (0 with fewer than two such samples). Samples taken before the first
+// collection (live heap 0) are left out.
+func liveHeapTrend(samples []Sample, doneAt float64) (mid, end int64, perMin float64) {
+	var xs, ys []float64
+	for _, s := range samples {
+		if s.LiveHeap == 0 || s.At < doneAt/2 {
+			continue
+		}
+		if len(xs) == 0 {
+			mid = s.LiveHeap
+		}
+		end = s.LiveHeap
+		xs, ys = append(xs, s.At/60000), append(ys, float64(s.LiveHeap))
+	}
+	if len(xs) < 2 {
+		return mid, end, 0
+	}
+	// Centred on the means, so a flat heap fits a slope of exactly 0.
+	var mx, my float64
+	for i := range xs {
+		mx, my = mx+xs[i], my+ys[i]
+	}
+	mx, my = mx/float64(len(xs)), my/float64(len(ys))
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+	}
+	if sxx > 0 {
+		perMin = sxy / sxx
+	}
+	return mid, end, perMin
 }
