@@ -3,6 +3,7 @@ package delta
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
@@ -187,4 +188,64 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tombstone")
 		})
 	}
+}
+
+// BenchmarkTombstoneMemory measures what the writer's snapshot holds per
+// removed file: a merge-on-read table of 150 files whose every commit
+// gives each file a new deletion vector (RemoveFile, then the file again
+// with the new vector, as apply's merge-on-read commits do), checkpoints
+// off. It reports the live heap per tombstone after 200 such commits
+// (30,000 tombstones): what a long retention costs in memory per file a
+// commit touches.
+func BenchmarkTombstoneMemory(b *testing.B) {
+	const files, commits = 150, 200
+	ctx := context.Background()
+	for b.Loop() {
+		tbl := Open(storage.NewLocal(b.TempDir()))
+		tx := tbl.Begin(nil)
+		tx.SetProtocol(Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+			ReaderFeatures: []string{FeatureDeletionVectors}, WriterFeatures: []string{FeatureDeletionVectors}})
+		tx.SetMetadata(testMetadata(map[string]string{"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "1000000"}))
+		live := make([]*Add, files)
+		for i := range live {
+			live[i] = fakeAdd(fmt.Sprintf("part-00000-%08d-0000-0000-0000-000000000000-c000.lz4raw", i))
+			live[i].Stats = `{"numRecords":65536}`
+			tx.Add(live[i])
+		}
+		c, err := tx.Commit(ctx, "CREATE TABLE", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		snap := c.Snapshot
+		before := liveHeapBytes()
+		for v := range commits {
+			tx := tbl.Begin(snap)
+			for i, a := range live {
+				tx.RemoveFile(a, true)
+				next := *a
+				next.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprintf("%020d", v*files+i),
+					Offset: new(int32(1)), SizeInBytes: 40, Cardinality: int64(v + 1)}
+				live[i] = &next
+				tx.Add(&next)
+			}
+			if c, err = tx.Commit(ctx, "MERGE", nil); err != nil {
+				b.Fatal(err)
+			}
+			snap = c.Snapshot
+		}
+		after := liveHeapBytes()
+		if n := snap.NumTombstones(); n != files*commits {
+			b.Fatalf("%d tombstones, want %d", n, files*commits)
+		}
+		b.ReportMetric(float64(after-before)/float64(files*commits), "B/tombstone")
+		runtime.KeepAlive(snap)
+	}
+}
+
+// liveHeapBytes is the heap still reachable after a full collection.
+func liveHeapBytes() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
