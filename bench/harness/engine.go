@@ -233,7 +233,8 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		tick := time.NewTicker(job.Sample)
 		defer tick.Stop()
 		for {
-			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS"), HeapInUse: heapInUse(), LiveHeap: liveHeap()}
+			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS")}
+			s.HeapInUse, s.LiveHeap = heapFigures()
 			mu.Lock()
 			res.Samples = append(res.Samples, s)
 			grew := s.HeapInUse > res.PeakHeapInUse+res.PeakHeapInUse/10
@@ -362,20 +363,19 @@ loop:
 	return res, nil
 }
 
-// heapInUse reads the bytes of Go heap objects (live and not yet swept)
-// without stopping the world.
-func heapInUse() int64 { return runtimeBytes("/memory/classes/heap/objects:bytes") }
-
-// liveHeap is the heap marked reachable by the last collection.
-func liveHeap() int64 { return runtimeBytes("/gc/heap/live:bytes") }
-
-func runtimeBytes(name string) int64 {
-	s := []metrics.Sample{{Name: name}}
+// heapFigures reads, in one call and without stopping the world, the
+// bytes of Go heap objects (live and not yet swept) and the heap the last
+// collection marked reachable.
+func heapFigures() (inUse, live int64) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	v := func(i int) int64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return int64(s[i].Value.Uint64())
 	}
-	return int64(s[0].Value.Uint64())
+	return v(0), v(1)
 }
 
 // procStatus reads a "kB" field of /proc/self/status in bytes (0 where
