@@ -47,6 +47,12 @@ type Job struct {
 	// profile to each time the sampled heap passes its peak by 10%, so
 	// the file ends as the heap near its largest (go tool pprof).
 	HeapProfile string `json:"heap_profile,omitempty"`
+	// HeapProfileEvery, when set with HeapProfile, also writes a heap
+	// profile every that long, to HeapProfile with the run's elapsed
+	// seconds appended (".0060s", ".0120s", ...): a series whose
+	// differences show what keeps growing, where two profiles cannot tell
+	// growth from buffers in flight at that moment.
+	HeapProfileEvery time.Duration `json:"heap_profile_every,omitempty"`
 }
 
 // Ends are the offsets one past the last record of each partition of the
@@ -232,6 +238,7 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		defer close(sampleDone)
 		tick := time.NewTicker(job.Sample)
 		defer tick.Stop()
+		nextSeries := job.HeapProfileEvery
 		for {
 			s := Sample{At: ms(time.Since(start)), RSS: procStatus("VmRSS")}
 			s.HeapInUse, s.LiveHeap = heapFigures()
@@ -243,6 +250,15 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 			if grew && job.HeapProfile != "" {
 				if err := writeHeapProfile(job.HeapProfile); err != nil {
 					fmt.Fprintln(os.Stderr, "bench engine:", err)
+				}
+			}
+			if el := time.Since(start); job.HeapProfile != "" && nextSeries > 0 && el >= nextSeries {
+				name := fmt.Sprintf("%s.%04ds", job.HeapProfile, int(nextSeries/time.Second))
+				if err := writeHeapProfile(name); err != nil {
+					fmt.Fprintln(os.Stderr, "bench engine:", err)
+				}
+				for nextSeries <= el {
+					nextSeries += job.HeapProfileEvery
 				}
 			}
 			select {

@@ -69,6 +69,9 @@ type Options struct {
 	// HeapProfile is where the engine side writes a heap profile taken
 	// near its heap's peak (empty: none).
 	HeapProfile string
+	// HeapProfileEvery, with HeapProfile, also writes a series of heap
+	// profiles, one every that long (Job.HeapProfileEvery).
+	HeapProfileEvery time.Duration
 
 	// EngineCommand starts the engine process (e.g. `cdcapply bench
 	// -engine`); it speaks ServeEngine's protocol on stdin/stdout. Empty
@@ -215,7 +218,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o644); err != nil {
 		return nil, err
 	}
-	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile, Trace: o.Trace, HeapProfile: o.HeapProfile}
+	job := Job{ConfigYAML: cfgYAML, ConfigPath: cfgPath, Topic: g.Topic(), Timeout: o.Timeout, CPUProfile: o.CPUProfile, Trace: o.Trace, HeapProfile: o.HeapProfile, HeapProfileEvery: o.HeapProfileEvery}
 	if o.Prefill {
 		logf("prefill: writing the snapshot (%d keys) into the table without Kafka", wcfg.SnapshotKeys)
 		pf, err := prefill(ctx, job, "orders", g, cl, logf)

@@ -70,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the engine's run to this file")
 	tracePath := fs.String("trace", "", "write a Go execution trace of the engine's run to this file (go tool trace)")
 	heapProfile := fs.String("memprofile", "", "write a Go heap profile of the engine, taken near its heap's peak, to this file")
+	heapEvery := fs.Duration("memprofile-every", 0, "with -memprofile: also write a heap profile every this long, to the -memprofile file with the elapsed seconds appended (.0060s, ...)")
 	svgPath := fs.String("svg", "", "plot throughput, freshness and RSS over time to this SVG file")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -94,7 +95,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, TableProperties: tableProps, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, TableProperties: tableProps, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile, HeapProfileEvery: *heapEvery,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
