@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -477,4 +478,47 @@ func BenchmarkComputeStats(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchRows), "ns/row")
+}
+
+// BenchmarkWritePooled writes what a merge-on-read stream writes: mostly
+// small files (a batch's changes, 1,000 rows) and now and then a large
+// one (a compaction, 100,000 rows), 400 files in all. It reports the
+// live heap the reuse pools hold afterwards, which must stay near the
+// largest file's size rather than grow with how many buffers ever held
+// one (the pools are process-wide: run it alone, -count for spread).
+//
+//	go test ./delta/datafile -run XXX -bench WritePooled -count 6
+func BenchmarkWritePooled(b *testing.B) {
+	big := benchRecord(b, benchRows)
+	defer big.Release()
+	small := big.NewSlice(0, 1000)
+	defer small.Release()
+	l := benchLayout()
+	ctx := context.Background()
+	opts := []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues()}
+	for b.Loop() {
+		// Start from empty pools: two collections drop what they hold.
+		runtime.GC()
+		runtime.GC()
+		before := liveHeap()
+		for i := range 400 {
+			rec := small
+			if i%20 == 19 {
+				rec = big
+			}
+			if _, err := Write(ctx, discard{}, l, rec, nil, opts...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(liveHeap()-before)/(1<<20), "pooled-MiB")
+	}
+}
+
+// liveHeap is the heap reachable after one collection: the pools' buffers
+// survive one (as their victim cache), so they are counted.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -128,11 +128,9 @@ func encodeFlat(out *bytes.Buffer, rec arrow.RecordBatch, root group, codecs []c
 	var offsets []format.OffsetIndex
 	var chunkAt [][2]int // per column chunk: row group, column
 	chunks := make([]flatChunk, ncol)
-	bufs := make([]*bytes.Buffer, ncol) // a column chunk's pages, reused from file to file
-	for c := range bufs {
-		bufs[c] = fileBuffers.Get().(*bytes.Buffer)
-		defer putFileBuffer(bufs[c])
-	}
+	set := takeChunkSet(ncol) // a column chunk's pages, reused from file to file
+	defer putChunkSet(set)
+	bufs := set.bufs[:ncol]
 	for start := int64(0); start < n; start += o.rowGroup { // no rows: no row group, as parquet-go writes
 		end := min(n, start+o.rowGroup)
 		for c := range chunks {

@@ -92,8 +92,8 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	if err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
 	}
-	out := fileBuffers.Get().(*bytes.Buffer)
-	defer putFileBuffer(out)
+	out := fileBuffers.get()
+	defer fileBuffers.put(out)
 	out.Reset()
 	if err := encodeParquetTo(out, phys, o); err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
@@ -117,21 +117,68 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	}, nil
 }
 
-// fileBuffers holds the buffers files are encoded into, reused from one
-// Write to the next: a file is encoded whole before it is stored, and a
-// buffer grown by doubling for every file was 5% of all the bytes the
-// 1M-key bench's engine allocated. Storage does not keep the bytes it is
-// given (storage.Storage.WriteIfAbsent).
-var fileBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bufferPool reuses buffers from one Write to the next, keeping none
+// over max bytes: a rare huge file (a compaction) does not pin its size.
+type bufferPool struct {
+	pool sync.Pool
+	max  int
+}
 
-// maxPooledFileBuffer is the largest buffer kept for reuse: a rare huge
-// file (a compaction) does not pin its size.
-const maxPooledFileBuffer = 64 << 20
-
-func putFileBuffer(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledFileBuffer {
-		fileBuffers.Put(b)
+func (p *bufferPool) get() *bytes.Buffer {
+	if b, ok := p.pool.Get().(*bytes.Buffer); ok {
+		return b
 	}
+	return new(bytes.Buffer)
+}
+
+func (p *bufferPool) put(b *bytes.Buffer) {
+	if b.Cap() <= p.max {
+		p.pool.Put(b)
+	}
+}
+
+// fileBuffers holds the buffers whole files are encoded into: a file is
+// encoded whole before it is stored, and a buffer grown by doubling for
+// every file was 5% of all the bytes the 1M-key bench's engine
+// allocated. Storage does not keep the bytes it is given
+// (storage.Storage.WriteIfAbsent).
+//
+// chunkSets hold, per column, the buffer of one column chunk's pages
+// (encodeFlat), each column's buffer in the same set slot from file to
+// file. Until session 27 the chunk buffers came from fileBuffers: every
+// buffer then served files and any column alike, so each of a file's
+// dozen chunk buffers ratcheted up to the largest file or chunk it had
+// ever held, and the pool's live bytes grew with every larger file for
+// as long as the engine ran (BenchmarkWritePooled). Now a set's buffers
+// together stay near the largest file's size.
+var (
+	fileBuffers = bufferPool{max: 64 << 20}
+	chunkSets   = sync.Pool{New: func() any { return new(chunkSet) }}
+)
+
+// chunkSet is one buffer per column, indexed by column.
+type chunkSet struct{ bufs []*bytes.Buffer }
+
+// takeChunkSet returns a set of n reset buffers.
+func takeChunkSet(n int) *chunkSet {
+	s := chunkSets.Get().(*chunkSet)
+	for len(s.bufs) < n {
+		s.bufs = append(s.bufs, new(bytes.Buffer))
+	}
+	for _, b := range s.bufs[:n] {
+		b.Reset()
+	}
+	return s
+}
+
+// putChunkSet returns s to the pool, without buffers over 64 MiB.
+func putChunkSet(s *chunkSet) {
+	for i, b := range s.bufs {
+		if b.Cap() > fileBuffers.max {
+			s.bufs[i] = new(bytes.Buffer)
+		}
+	}
+	chunkSets.Put(s)
 }
 
 // partitionKeys checks that every partition column has a value and
