@@ -146,11 +146,17 @@ func BenchmarkSnapshotLoad(b *testing.B) {
 // stream's table after a while at the default retention (every commit
 // removes and re-adds the files whose deletion vectors it changes). It
 // is the cost a checkpoint version's commit pays on top of the commit.
+// spilled=true writes it from a snapshot that holds none of them in
+// memory but reads them back from the previous checkpoint.
 //
 //	go test ./delta -run XXX -bench CheckpointTombstones -count 6
 func BenchmarkCheckpointTombstones(b *testing.B) {
-	for _, n := range []int{20_000, 200_000} {
-		b.Run(fmt.Sprintf("tombstones=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n       int
+		spilled bool
+	}{{20_000, false}, {20_000, true}, {200_000, false}, {200_000, true}} {
+		n, spilled := c.n, c.spilled
+		b.Run(fmt.Sprintf("tombstones=%d/spilled=%v", n, spilled), func(b *testing.B) {
 			ctx := context.Background()
 			store := storage.NewLocal(b.TempDir())
 			tbl, snap := createTable(b, store, map[string]string{"delta.checkpointInterval": "1000000"})
@@ -175,13 +181,31 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 				b.Fatal(err)
 			}
 			snap = c.Snapshot
-			if got := len(snap.Tombstones()); got != n {
+			if spilled {
+				// One more commit after a checkpoint of the above: its
+				// snapshot reads the removes back from that checkpoint.
+				p, _, err := writeCheckpointCutoff(ctx, store, snap, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				snap = snap.rebased(store, snap, []string{p}, n)
+				tx = tbl.Begin(snap)
+				tx.Add(fakeAdd("one-more"))
+				if c, err = tx.Commit(ctx, "WRITE", nil); err != nil {
+					b.Fatal(err)
+				}
+				snap = c.Snapshot
+				if snap.tombstones.len() != 0 {
+					b.Fatalf("%d removes held in memory, want them all in the checkpoint", snap.tombstones.len())
+				}
+			}
+			if got := len(tombstonesOf(b, snap)); got != n {
 				b.Fatalf("%d tombstones, want %d", got, n)
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				_ = store.Delete(ctx, ckptClassicPath(snap.Version))
-				if err := writeCheckpointCutoff(ctx, store, snap, 0); err != nil {
+				if _, _, err := writeCheckpointCutoff(ctx, store, snap, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -193,52 +217,67 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 // BenchmarkTombstoneMemory measures what the writer's snapshot holds per
 // removed file: a merge-on-read table of 150 files whose every commit
 // gives each file a new deletion vector (RemoveFile, then the file again
-// with the new vector, as apply's merge-on-read commits do), checkpoints
-// off. It reports the live heap per tombstone after 200 such commits
-// (30,000 tombstones): what a long retention costs in memory per file a
-// commit touches.
+// with the new vector, as apply's merge-on-read commits do). It reports
+// the live heap per tombstone after 200 such commits (30,000
+// tombstones): what a long retention costs in memory per file a commit
+// touches. With checkpoints off the snapshot holds every remove; with a
+// checkpoint every 10 commits (the default) it holds those since the
+// last one and reads the rest back from it (Snapshot.spill).
+//
+//	go test ./delta -run XXX -bench TombstoneMemory -count 6
 func BenchmarkTombstoneMemory(b *testing.B) {
 	const files, commits = 150, 200
-	ctx := context.Background()
-	for b.Loop() {
-		tbl := Open(storage.NewLocal(b.TempDir()))
-		tx := tbl.Begin(nil)
-		tx.SetProtocol(Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
-			ReaderFeatures: []string{FeatureDeletionVectors}, WriterFeatures: []string{FeatureDeletionVectors}})
-		tx.SetMetadata(testMetadata(map[string]string{"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "1000000"}))
-		live := make([]*Add, files)
-		for i := range live {
-			live[i] = fakeAdd(fmt.Sprintf("part-00000-%08d-0000-0000-0000-000000000000-c000.lz4raw", i))
-			live[i].Stats = `{"numRecords":65536}`
-			tx.Add(live[i])
+	for _, interval := range []string{"1000000", "10"} {
+		name := "checkpoints=off"
+		if interval == "10" {
+			name = "checkpoints=every10"
 		}
-		c, err := tx.Commit(ctx, "CREATE TABLE", nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		snap := c.Snapshot
-		before := liveHeapBytes()
-		for v := range commits {
-			tx := tbl.Begin(snap)
-			for i, a := range live {
-				tx.RemoveFile(a, true)
-				next := *a
-				next.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprintf("%020d", v*files+i),
-					Offset: new(int32(1)), SizeInBytes: 40, Cardinality: int64(v + 1)}
-				live[i] = &next
-				tx.Add(&next)
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				tbl := Open(storage.NewLocal(b.TempDir()))
+				tx := tbl.Begin(nil)
+				tx.SetProtocol(Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+					ReaderFeatures: []string{FeatureDeletionVectors}, WriterFeatures: []string{FeatureDeletionVectors}})
+				tx.SetMetadata(testMetadata(map[string]string{"delta.enableDeletionVectors": "true", "delta.checkpointInterval": interval}))
+				live := make([]*Add, files)
+				for i := range live {
+					live[i] = fakeAdd(fmt.Sprintf("part-00000-%08d-0000-0000-0000-000000000000-c000.lz4raw", i))
+					live[i].Stats = `{"numRecords":65536}`
+					tx.Add(live[i])
+				}
+				c, err := tx.Commit(ctx, "CREATE TABLE", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				snap := c.Snapshot
+				before := liveHeapBytes()
+				for v := range commits {
+					tx := tbl.Begin(snap)
+					for i, a := range live {
+						tx.RemoveFile(a, true)
+						next := *a
+						next.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprintf("%020d", v*files+i),
+							Offset: new(int32(1)), SizeInBytes: 40, Cardinality: int64(v + 1)}
+						live[i] = &next
+						tx.Add(&next)
+					}
+					if c, err = tx.Commit(ctx, "MERGE", nil); err != nil {
+						b.Fatal(err)
+					}
+					if c.CheckpointErr != nil {
+						b.Fatal(c.CheckpointErr)
+					}
+					snap = c.Snapshot
+				}
+				after := liveHeapBytes()
+				if n := snap.NumTombstones(); n != files*commits {
+					b.Fatalf("%d tombstones, want %d", n, files*commits)
+				}
+				b.ReportMetric(float64(after-before)/float64(files*commits), "B/tombstone")
+				runtime.KeepAlive(snap)
 			}
-			if c, err = tx.Commit(ctx, "MERGE", nil); err != nil {
-				b.Fatal(err)
-			}
-			snap = c.Snapshot
-		}
-		after := liveHeapBytes()
-		if n := snap.NumTombstones(); n != files*commits {
-			b.Fatalf("%d tombstones, want %d", n, files*commits)
-		}
-		b.ReportMetric(float64(after-before)/float64(files*commits), "B/tombstone")
-		runtime.KeepAlive(snap)
+		})
 	}
 }
 

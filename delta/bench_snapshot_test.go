@@ -153,7 +153,10 @@ func BenchmarkCheckpoint(b *testing.B) {
 			})
 			b.Run("encode", func(b *testing.B) {
 				cpuPerOp(b, func() {
-					acts, _ := checkpointActions(snap, time.Now().Add(-time.Hour).UnixMilli())
+					acts, _, _, err := checkpointActions(context.Background(), snap, time.Now().Add(-time.Hour).UnixMilli())
+					if err != nil {
+						b.Fatal(err)
+					}
 					if _, err := encodeCheckpoint(acts); err != nil {
 						b.Fatal(err)
 					}
@@ -164,7 +167,10 @@ func BenchmarkCheckpoint(b *testing.B) {
 					b.Skip("tens of seconds per op at 100k files; the 10k figure makes the point")
 				}
 				cpuPerOp(b, func() {
-					acts, _ := checkpointActions(snap, time.Now().Add(-time.Hour).UnixMilli())
+					acts, _, _, err := checkpointActions(context.Background(), snap, time.Now().Add(-time.Hour).UnixMilli())
+					if err != nil {
+						b.Fatal(err)
+					}
 					rows := make([]ckptRow, len(acts))
 					for j, a := range acts {
 						rows[j] = ckptRowOf(a)

@@ -37,6 +37,35 @@ type bgCheckpoints struct {
 	mu      sync.Mutex
 	running bool
 	wg      sync.WaitGroup
+	// written is the last checkpoint written and not yet taken by a
+	// commit, which rebases its snapshot on it (Snapshot.rebased).
+	written *writtenCheckpoint
+}
+
+// writtenCheckpoint is a checkpoint written in the background: the
+// snapshot it was written from, its file and its number of removes.
+type writtenCheckpoint struct {
+	snap    *Snapshot
+	path    string
+	removes int
+}
+
+// setWritten records a checkpoint that landed.
+func (b *bgCheckpoints) setWritten(w *writtenCheckpoint) {
+	b.mu.Lock()
+	if b.written == nil || b.written.snap.Version < w.snap.Version {
+		b.written = w
+	}
+	b.mu.Unlock()
+}
+
+// takeWritten returns the checkpoint recorded by setWritten, once.
+func (b *bgCheckpoints) takeWritten() *writtenCheckpoint {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.written
+	b.written = nil
+	return w
 }
 
 // start runs write in the background unless a checkpoint is running
@@ -84,10 +113,12 @@ func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapsho
 	loc := t.Location()
 	bctx := context.WithoutCancel(ctx)
 	return t.opts.background.start(snap.Version, func() error {
-		err := writeCheckpointCutoff(bctx, t.store, snap, cutoff)
+		path, removes, err := writeCheckpointCutoff(bctx, t.store, snap, cutoff)
 		if err != nil {
 			err = fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)
 		} else {
+			// The next commit leaves this checkpoint's removes to it.
+			t.opts.background.setWritten(&writtenCheckpoint{snap: snap, path: path, removes: removes})
 			withCkpt := *snap
 			withCkpt.checkpointVersion = snap.Version
 			if cerr := CleanupExpiredLogs(bctx, t.store, &withCkpt, t.opts.clock()); cerr != nil {

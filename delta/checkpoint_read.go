@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
@@ -24,6 +25,17 @@ import (
 //
 // paths are storage paths of the checkpoint's files, all of version.
 func readCheckpoint(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
+	return readCheckpointKinds(ctx, store, version, paths, false)
+}
+
+// readCheckpointRemoves is readCheckpoint for the remove actions only: a
+// spilled snapshot's read-back (Snapshot.spill), which decodes neither the
+// adds nor their statistics.
+func readCheckpointRemoves(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
+	return readCheckpointKinds(ctx, store, version, paths, true)
+}
+
+func readCheckpointKinds(ctx context.Context, store storage.Storage, version int64, paths []string, removesOnly bool) ([]Action, error) {
 	if err := ckptCheckFiles(version, paths); err != nil {
 		return nil, err
 	}
@@ -32,7 +44,7 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 	// timestamps are formatted after the table schema is known.
 	var rebuilt []*Add
 	for _, p := range paths {
-		acts, err := ckptReadFile(ctx, store, p, &rebuilt)
+		acts, err := ckptReadFileKinds(ctx, store, p, &rebuilt, removesOnly)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +67,7 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
-		acts, err := ckptReadFile(ctx, store, sp, &rebuilt)
+		acts, err := ckptReadFileKinds(ctx, store, sp, &rebuilt, removesOnly)
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
@@ -122,6 +134,12 @@ func ckptCheckFiles(version int64, paths []string) error {
 // extension. Adds whose stats were rebuilt from stats_parsed are appended
 // to rebuilt when it is not nil.
 func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add) ([]Action, error) {
+	return ckptReadFileKinds(ctx, store, p, rebuilt, false)
+}
+
+// ckptReadFileKinds is ckptReadFile, with removesOnly for the removes and
+// the sidecars only (the rest of a JSON file is parsed, then dropped).
+func ckptReadFileKinds(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add, removesOnly bool) ([]Action, error) {
 	data, err := store.Read(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file: %w", err)
@@ -131,9 +149,12 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt 
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
 		}
+		if removesOnly {
+			acts = slices.DeleteFunc(acts, func(a Action) bool { return a.Remove == nil && a.Sidecar == nil })
+		}
 		return acts, nil
 	}
-	acts, err := ckptDecodeParquet(data, rebuilt)
+	acts, err := ckptDecodeParquetKinds(data, rebuilt, removesOnly)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
 	}
@@ -153,6 +174,12 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt 
 // Adds whose stats were rebuilt from stats_parsed are appended to rebuilt
 // when it is not nil.
 func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) {
+	return ckptDecodeParquetKinds(data, rebuilt, false)
+}
+
+// ckptDecodeParquetKinds is ckptDecodeParquet, with removesOnly for the
+// removes and the sidecars only: the other columns are not decoded.
+func ckptDecodeParquetKinds(data []byte, rebuilt *[]*Add, removesOnly bool) (acts []Action, err error) {
 	// parquet-go panics on some corrupt inputs. A checkpoint is input we
 	// did not write; a bad one must be an error replay can fall back from,
 	// not a crash of the process.
@@ -196,14 +223,19 @@ func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) 
 		internPtrs: make(map[string]*string),
 	}
 	rows := make([]Action, d.nrows)
-	d.decodeTxn(rows)
-	d.decodeAdd(rows)
-	d.decodeRemove(rows)
-	d.decodeMetadata(rows)
-	d.decodeProtocol(rows)
-	d.decodeDomain(rows)
-	d.decodeCheckpointMetadata(rows)
-	d.decodeSidecar(rows)
+	if removesOnly {
+		d.decodeRemove(rows)
+		d.decodeSidecar(rows)
+	} else {
+		d.decodeTxn(rows)
+		d.decodeAdd(rows)
+		d.decodeRemove(rows)
+		d.decodeMetadata(rows)
+		d.decodeProtocol(rows)
+		d.decodeDomain(rows)
+		d.decodeCheckpointMetadata(rows)
+		d.decodeSidecar(rows)
+	}
 	if d.err != nil {
 		return nil, d.err
 	}

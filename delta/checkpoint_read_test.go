@@ -275,6 +275,28 @@ func TestReadCheckpointConformance(t *testing.T) {
 					t.Errorf("sidecar action %+v left unresolved", *a.Sidecar)
 				}
 			}
+			// The removes-only read (a spilled snapshot's) gives the same
+			// removes, sidecars resolved, and nothing else.
+			var wantRm []Remove
+			for _, a := range acts {
+				if a.Remove != nil {
+					wantRm = append(wantRm, *a.Remove)
+				}
+			}
+			rms, err := readCheckpointRemoves(ctx, store, c.version, paths)
+			if err != nil {
+				t.Fatalf("readCheckpointRemoves: %v", err)
+			}
+			var gotRm []Remove
+			for _, a := range rms {
+				if a.Remove == nil {
+					t.Fatalf("removes-only read returned %+v", a)
+				}
+				gotRm = append(gotRm, *a.Remove)
+			}
+			if !reflect.DeepEqual(gotRm, wantRm) {
+				t.Errorf("removes-only read: %d removes %+v, the full read %d %+v", len(gotRm), gotRm, len(wantRm), wantRm)
+			}
 		})
 	}
 }

@@ -52,7 +52,8 @@ func writeCheckpoint(ctx context.Context, store storage.Storage, snap *Snapshot,
 	if err != nil {
 		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
-	return writeCheckpointCutoff(ctx, store, snap, cutoff)
+	_, _, err = writeCheckpointCutoff(ctx, store, snap, cutoff)
+	return err
 }
 
 // tombstoneCutoff is the deletion time (Unix ms) before which snap's
@@ -67,44 +68,53 @@ func tombstoneCutoff(snap *Snapshot, now time.Time) (int64, error) {
 }
 
 // writeCheckpointCutoff writes snap's checkpoint with the tombstones
-// deleted at or after cutoff (checkpointActions).
-func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff int64) error {
-	acts, nAdd := checkpointActions(snap, cutoff)
+// deleted at or after cutoff (checkpointActions). It returns the
+// checkpoint's file and the number of removes it holds, for the writer's
+// later snapshots to spill to (Snapshot.rebased).
+func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff int64) (path string, removes int, err error) {
+	acts, nAdd, nRemove, err := checkpointActions(ctx, snap, cutoff)
+	if err != nil {
+		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
+	}
 	data, err := encodeCheckpoint(acts)
 	if err != nil {
-		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
+		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
 	p := ckptClassicPath(snap.Version)
 	if err := store.WriteIfAbsent(ctx, p, data); err != nil && !errors.Is(err, storage.ErrExist) {
-		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
+		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
 	// The hint must never move back: a slow writer finishing the checkpoint
 	// of an older version leaves a newer hint alone.
 	cur, err := readLastCheckpoint(ctx, store)
 	if err != nil {
-		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
+		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
 	if cur != nil && cur.Version > snap.Version {
-		return nil
+		return p, nRemove, nil
 	}
 	size, adds := int64(len(data)), int64(nAdd)
 	lc := &LastCheckpoint{Version: snap.Version, Size: int64(len(acts)), SizeInBytes: &size, NumOfAddFiles: &adds}
 	if err := writeLastCheckpoint(ctx, store, lc); err != nil {
-		return fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
+		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
-	return nil
+	return p, nRemove, nil
 }
 
 // checkpointActions selects and orders the actions of a snapshot's
 // checkpoint: protocol, metaData, (checkpointMetadata), txns and domains by
 // name, adds by path, then the tombstones deleted at or after minDeletion
-// (Unix ms). It also returns the number of adds.
-func checkpointActions(snap *Snapshot, minDeletion int64) ([]Action, int) {
+// (Unix ms), by path. It also returns the number of adds and of removes.
+// The removes of a spilled checkpoint are read back for it.
+func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (acts []Action, nAdd, nRemove int, err error) {
 	files := snap.Files()
-	tombs := snap.Tombstones()
+	tombs, err := snap.Tombstones(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	txns := snap.Txns()
 	domains := snap.Domains()
-	acts := make([]Action, 0, 3+len(txns)+len(domains)+len(files)+len(tombs))
+	acts = make([]Action, 0, 3+len(txns)+len(domains)+len(files)+len(tombs))
 	p, m := snap.Protocol, snap.Metadata
 	acts = append(acts, Action{Protocol: &p}, Action{Metadata: &m})
 	// A table with V2 checkpoints enabled may still use the classic name,
@@ -132,9 +142,10 @@ func checkpointActions(snap *Snapshot, minDeletion int64) ([]Action, int) {
 		}
 		if ts >= minDeletion {
 			acts = append(acts, Action{Remove: r})
+			nRemove++
 		}
 	}
-	return acts, len(files)
+	return acts, len(files), nRemove, nil
 }
 
 // ckptSchema is the checkpoint's Parquet schema, declared by the ckptRow

@@ -519,7 +519,7 @@ func TestWriteCheckpointAllFields(t *testing.T) {
 	if len(got.files) != 2 {
 		t.Errorf("%d files, want 2", len(got.files))
 	}
-	for _, want := range snap.Tombstones() {
+	for _, want := range tombstonesOf(t, snap) {
 		w := *want
 		w.DataChange = false
 		if g := got.tombstones[want.Key()]; g == nil || !reflect.DeepEqual(*g, w) {
@@ -620,7 +620,10 @@ func TestEncodeCheckpointMatchesReflection(t *testing.T) {
 	now := time.Now()
 	dir, _ := ckptBuildTable(t, now)
 	snap := ckptLoad(t, dir)
-	acts, _ := checkpointActions(snap, 0)
+	acts, _, _, err := checkpointActions(context.Background(), snap, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	one, two := int64(1), int32(2)
 	ext := false
 	a, b := "a", "b"
@@ -855,7 +858,7 @@ func TestCheckpointReloadProperty(t *testing.T) {
 			}
 			// Tombstones: exactly those within the default one-week retention.
 			keep := 0
-			for _, r := range want.Tombstones() {
+			for _, r := range tombstonesOf(t, want) {
 				if *r.DeletionTimestamp >= now.Add(-defaultDeletedFileRetention).UnixMilli() {
 					keep++
 				}

@@ -441,6 +441,14 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 		return &Committed{Version: version, Retries: retries},
 			fmt.Errorf("commit version %d to table %s: committed, but building its snapshot: %w", version, loc, err)
 	}
+	if bg := tx.table.opts.background; bg != nil {
+		// A checkpoint that landed in the background since the last
+		// commit holds the removes up to its version: the snapshot reads
+		// them back from it rather than keep them in memory.
+		if w := bg.takeWritten(); w != nil {
+			snap = snap.rebased(tx.table.store, w.snap, []string{w.path}, w.removes)
+		}
+	}
 	res := &Committed{Version: version, Snapshot: snap, Retries: retries}
 	if interval := checkpointInterval(m); version > 0 && version%interval == 0 {
 		started := time.Now()
@@ -451,6 +459,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 			// does every later one (the cutoff only moves on).
 			withCkpt := *snap
 			withCkpt.tombstones = tombstonesSince(&snap.tombstones, cutoff)
+			withCkpt.tombstoneCutoff = cutoff
 			res.Snapshot = &withCkpt
 			if tx.checkpointInBackground(ctx, &withCkpt, cutoff) {
 				res.Checkpointed, res.CheckpointBackground = true, true
@@ -459,20 +468,24 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 			}
 			return res, nil
 		}
+		var path string
+		var removes int
 		if err == nil {
-			err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
+			path, removes, err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
 		}
 		if err != nil {
 			res.CheckpointErr = fmt.Errorf("checkpoint version %d of table %s: %w", version, loc, err)
 		} else {
 			// The snapshot goes on as a reader of the checkpoint would
-			// find it: without the tombstones it left out as expired.
-			// Kept, they stayed in memory for the writer's whole run,
-			// whatever delta.deletedFileRetentionDuration said.
+			// find it: without the tombstones it left out as expired
+			// (kept, they stayed in memory for the writer's whole run,
+			// whatever delta.deletedFileRetentionDuration said), and
+			// with the others left in the checkpoint, not in memory.
 			withCkpt := *snap
 			withCkpt.checkpointVersion = version
 			withCkpt.tombstones = tombstonesSince(&snap.tombstones, cutoff)
-			res.Snapshot = &withCkpt
+			withCkpt.tombstoneCutoff = cutoff
+			res.Snapshot = withCkpt.rebased(tx.table.store, &withCkpt, []string{path}, removes)
 			if err := CleanupExpiredLogs(ctx, tx.table.store, res.Snapshot, tx.table.opts.clock()); err != nil {
 				res.CheckpointErr = fmt.Errorf("clean up log of table %s after version %d: %w", loc, version, err)
 			}

@@ -27,7 +27,8 @@ import (
 //     does, so one clock-skewed file cannot expose later versions; in-commit
 //     timestamps are not consulted).
 //  3. cutOffCheckpoint is the newest complete checkpoint not newer than
-//     cutOffCommit; without one there is nothing to do.
+//     cutOffCommit; without one there is nothing to do. (Not newer than
+//     the checkpoint snap reads its older removes from, either.)
 //  4. Delete commits, checkpoints and .crc files below it, and log
 //     compaction files starting at or below it, oldest version first so a
 //     crash midway leaves a log that still starts somewhere valid.
@@ -65,6 +66,12 @@ func CleanupExpiredLogs(ctx context.Context, store storage.Storage, snap *Snapsh
 		if set && v <= cutCommit && v > cutCkpt {
 			cutCkpt = v
 		}
+	}
+	// The checkpoint snap reads its older removes back from (Snapshot.
+	// spill) stays, with what follows it, until a later cleanup: the
+	// writer's next snapshots rebase on the newer checkpoint first.
+	if sp := snap.spill; sp != nil && sp.version < cutCkpt && l.complete[sp.version] {
+		cutCkpt = sp.version
 	}
 	if cutCkpt < 0 {
 		return nil

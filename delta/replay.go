@@ -263,6 +263,10 @@ func (t *Table) loadFrom(ctx context.Context, l *logListing, target int64) (*Sna
 		// Nearly all checkpoint actions are adds: size for them up front.
 		st.files = make(map[FileKey]*Add, len(actions))
 		st.applyAll(actions)
+		// The checkpoint's removes stay in it (Snapshot.spill): only the
+		// commits' after it are held in memory.
+		st.spill = &spilledTombstones{store: t.store, version: c.version, paths: c.paths, n: len(st.tombstones)}
+		st.tombstones = map[FileKey]*Remove{}
 		return t.replayCommits(ctx, l, st, &c, target)
 	}
 	if err := l.needCommits(t, 0, target); err != nil {
@@ -380,6 +384,7 @@ type replayState struct {
 	protocol          *Protocol
 	metadata          *Metadata
 	checkpointVersion int64
+	spill             *spilledTombstones
 }
 
 func newReplayState() *replayState {
@@ -447,6 +452,7 @@ func (st *replayState) snapshot(t *Table, version int64) (*Snapshot, error) {
 		Metadata:          *st.metadata,
 		files:             newLayered(st.files),
 		tombstones:        newLayered(st.tombstones),
+		spill:             st.spill,
 		txns:              st.txns,
 		domains:           st.domains,
 		checkpointVersion: st.checkpointVersion,

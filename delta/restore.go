@@ -259,7 +259,7 @@ func MissingFiles(ctx context.Context, t *Table, snap *Snapshot) ([]string, erro
 	for _, fi := range infos {
 		have[fi.Path] = true
 	}
-	need, err := referencedFiles(snap, false, 0)
+	need, err := referencedFiles(ctx, snap, false, 0)
 	if err != nil {
 		return nil, fmt.Errorf("check files of version %d: %w", snap.Version, err)
 	}

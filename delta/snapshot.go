@@ -1,8 +1,12 @@
 package delta
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
 // LogDir is the name of the transaction log folder under a table root.
@@ -26,9 +30,22 @@ type Snapshot struct {
 	// It is a layered map shared with the snapshots it derives from: read
 	// it through the accessors or rangeFiles, never as a plain map.
 	files layered[Add]
-	// tombstones are the remove actions still kept (for checkpoints and
-	// vacuum), layered like files.
+	// tombstones are the remove actions held in memory (for checkpoints
+	// and vacuum), layered like files: those of the commits replayed or
+	// derived after spill's checkpoint, or every one when spill is nil.
 	tombstones layered[Remove]
+	// spill, when set, is the checkpoint whose removes the snapshot does
+	// not hold in memory but reads back when it needs them (the next
+	// checkpoint, vacuum). A table whose files get new deletion vectors
+	// removes and re-adds them at every change, so a week of retention
+	// holds millions of removes; held in memory they grew the writer's
+	// heap for the whole retention period.
+	spill *spilledTombstones
+	// tombstoneCutoff is the deletion time (Unix ms) before which the
+	// tombstones have expired, as the writer's last checkpoint found:
+	// spilled ones older than it are left out when read back (those in
+	// memory were dropped then). 0 when no checkpoint expired any.
+	tombstoneCutoff int64
 	// txns holds the latest txn action per appId.
 	txns map[string]Txn
 	// domains holds the live (not removed) domain metadata per domain.
@@ -63,15 +80,20 @@ func (s *Snapshot) File(k FileKey) (*Add, bool) {
 	return s.files.get(keyOf(k))
 }
 
-// Tombstones returns the remove actions kept in the snapshot, sorted by path.
-func (s *Snapshot) Tombstones() []*Remove {
-	out := make([]*Remove, 0, s.tombstones.len())
-	s.tombstones.each(func(_ FileKey, r *Remove) bool {
+// Tombstones returns the remove actions kept in the snapshot, sorted by
+// path: those held in memory and those of the checkpoint it spilled to,
+// read back from storage.
+func (s *Snapshot) Tombstones(ctx context.Context) ([]*Remove, error) {
+	out := make([]*Remove, 0, s.NumTombstones())
+	err := s.rangeTombstones(ctx, func(r *Remove) bool {
 		out = append(out, r)
 		return true
 	})
+	if err != nil {
+		return nil, err
+	}
 	slices.SortFunc(out, func(a, b *Remove) int { return strings.Compare(a.Path, b.Path) })
-	return out
+	return out, nil
 }
 
 // Txn returns the latest txn action of appID.
@@ -114,14 +136,104 @@ func (s *Snapshot) rangeFiles(f func(*Add) bool) {
 	s.files.each(func(_ FileKey, a *Add) bool { return f(a) })
 }
 
-// rangeTombstones calls f for each kept remove action in no particular order
-// until f returns false.
-func (s *Snapshot) rangeTombstones(f func(*Remove) bool) {
-	s.tombstones.each(func(_ FileKey, r *Remove) bool { return f(r) })
+// rangeTombstones calls f for each kept remove action, in no particular
+// order, until f returns false: those in memory, then the spilled ones
+// (readSpill) that no later action superseded. Reading the spill is its
+// only error.
+func (s *Snapshot) rangeTombstones(ctx context.Context, f func(*Remove) bool) error {
+	more := true
+	s.tombstones.each(func(_ FileKey, r *Remove) bool {
+		more = f(r)
+		return more
+	})
+	if !more || s.spill == nil {
+		return nil
+	}
+	return s.spill.each(ctx, func(k FileKey, r *Remove) bool {
+		if s.tombstoneCutoff > 0 && (r.DeletionTimestamp == nil || *r.DeletionTimestamp < s.tombstoneCutoff) {
+			return true
+		}
+		// A later add of the same file cancels the remove; a later
+		// remove, held in memory, replaces it.
+		if _, live := s.files.get(k); live {
+			return true
+		}
+		if _, newer := s.tombstones.get(k); newer {
+			return true
+		}
+		return f(r)
+	})
 }
 
-// NumTombstones returns the number of remove actions kept in the snapshot.
-func (s *Snapshot) NumTombstones() int { return s.tombstones.len() }
+// NumTombstones returns the number of remove actions kept in the snapshot:
+// those in memory plus those of the spilled checkpoint. It is exact unless
+// a file the checkpoint holds as removed was added or removed again since
+// (this package's writer never does that: its files and deletion vectors
+// have fresh names), or a checkpoint written since has expired some of
+// them and the writer's snapshot has not rebased on it yet (until its
+// next commit); it then counts those too.
+func (s *Snapshot) NumTombstones() int {
+	n := s.tombstones.len()
+	if s.spill != nil {
+		n += s.spill.n
+	}
+	return n
+}
+
+// spilledTombstones are the removes of one checkpoint, left in storage.
+type spilledTombstones struct {
+	store   storage.Storage
+	version int64    // the checkpoint's version
+	paths   []string // its files (readCheckpoint)
+	n       int      // removes it holds
+}
+
+// each reads the checkpoint back and calls f for each of its removes
+// until f returns false.
+func (sp *spilledTombstones) each(ctx context.Context, f func(FileKey, *Remove) bool) error {
+	acts, err := readCheckpointRemoves(ctx, sp.store, sp.version, sp.paths)
+	if err != nil {
+		return fmt.Errorf("read the removes of checkpoint %d: %w", sp.version, err)
+	}
+	for i := range acts {
+		if r := acts[i].Remove; r != nil && !f(keyOf(r.Key()), tombstone(r)) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// rebased returns s with the tombstones that checkpoint w (the snapshot a
+// checkpoint of version w.Version was written from, with n removes)
+// holds left to that checkpoint: in memory stay only those of the
+// commits after it. s must be a later state of the same table; a
+// snapshot that already spills to w's checkpoint or a later one is
+// returned as it is.
+func (s *Snapshot) rebased(store storage.Storage, w *Snapshot, paths []string, n int) *Snapshot {
+	if s.Version < w.Version || (s.spill != nil && s.spill.version >= w.Version) {
+		return s
+	}
+	kept := map[FileKey]*Remove{}
+	s.tombstones.each(func(k FileKey, r *Remove) bool {
+		// The checkpoint holds the remove when w held the same one:
+		// same file, same deletion time.
+		if old, ok := w.tombstones.get(k); !ok || !sameDeletion(old, r) {
+			kept[k] = r
+		}
+		return true
+	})
+	next := *s
+	next.tombstones = newLayered(kept)
+	next.spill = &spilledTombstones{store: store, version: w.Version, paths: paths, n: n}
+	return &next
+}
+
+func sameDeletion(a, b *Remove) bool {
+	if a.DeletionTimestamp == nil || b.DeletionTimestamp == nil {
+		return a.DeletionTimestamp == b.DeletionTimestamp
+	}
+	return *a.DeletionTimestamp == *b.DeletionTimestamp
+}
 
 // layered is an immutable map from FileKey to *T built as a shared base map
 // plus a small overlay of changes. Deriving a new version with a few changes

@@ -107,7 +107,7 @@ func Vacuum(ctx context.Context, t *Table, opts VacuumOptions) (*VacuumResult, e
 			t.Location(), ret, tableRet, propDeletedFileRetention, ErrRetentionTooShort)
 	}
 	cutoff := now().Add(-ret)
-	keep, err := referencedFiles(snap, true, cutoff.UnixMilli())
+	keep, err := referencedFiles(ctx, snap, true, cutoff.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("vacuum table %s: %w", t.Location(), err)
 	}
@@ -191,7 +191,7 @@ func vacuumSkips(p string) bool {
 // removed file (and deletion vector) whose remove is not older than
 // cutoffMillis. A remove without a deletion timestamp is kept: its age is
 // unknown.
-func referencedFiles(snap *Snapshot, tombstones bool, cutoffMillis int64) (map[string]bool, error) {
+func referencedFiles(ctx context.Context, snap *Snapshot, tombstones bool, cutoffMillis int64) (map[string]bool, error) {
 	keep := map[string]bool{}
 	add := func(uri string, dv *DeletionVector) error {
 		p, abs, err := DecodePath(uri)
@@ -218,12 +218,15 @@ func referencedFiles(snap *Snapshot, tombstones bool, cutoffMillis int64) (map[s
 	if err != nil || !tombstones {
 		return keep, err
 	}
-	snap.rangeTombstones(func(r *Remove) bool {
+	rerr := snap.rangeTombstones(ctx, func(r *Remove) bool {
 		if r.DeletionTimestamp == nil || *r.DeletionTimestamp >= cutoffMillis {
 			err = add(r.Path, r.DeletionVector)
 		}
 		return err == nil
 	})
+	if err == nil {
+		err = rerr
+	}
 	return keep, err
 }
 

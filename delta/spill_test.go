@@ -1,0 +1,227 @@
+package delta
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// removesIn returns the removes a checkpoint file holds, as path ->
+// deletion time.
+func removesIn(t *testing.T, store storage.Storage, version int64) map[string]int64 {
+	t.Helper()
+	acts, err := readCheckpoint(context.Background(), store, version, []string{ckptClassicPath(version)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, a := range acts {
+		if r := a.Remove; r != nil {
+			if _, dup := out[r.Path]; dup {
+				t.Fatalf("checkpoint %d holds %s twice", version, r.Path)
+			}
+			out[r.Path] = *r.DeletionTimestamp
+		}
+	}
+	return out
+}
+
+// tombstoneTimes is tombstonesOf as path -> deletion time.
+func tombstoneTimes(t *testing.T, s *Snapshot) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, r := range tombstonesOf(t, s) {
+		if _, dup := out[r.Path]; dup {
+			t.Fatalf("version %d: tombstone %s listed twice", s.Version, r.Path)
+		}
+		out[r.Path] = *r.DeletionTimestamp
+	}
+	return out
+}
+
+// TestTombstonesSpillToCheckpoint: a writer's snapshot holds in memory only
+// the removes of the commits since its last checkpoint landed; the older
+// ones are read back from that checkpoint when the next one is written.
+// The model is the test's own: every remove with its deletion time, a
+// re-added file's remove cancelled, and at each checkpoint those older
+// than the retention dropped. Each checkpoint, the writer's tombstones
+// and a fresh load must all equal it. Re-adding a file the checkpoint
+// holds as removed (restore does that) and removing it again are the
+// cases the read-back must reconcile.
+func TestTombstonesSpillToCheckpoint(t *testing.T) {
+	for _, bg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "inline", true: "background"}[bg], func(t *testing.T) {
+			ctx := context.Background()
+			store := storage.NewLocal(t.TempDir())
+			now := time.UnixMilli(1_800_000_000_000)
+			opts := []Option{Clock(func() time.Time { return now })}
+			if bg {
+				opts = append(opts, BackgroundCheckpoints(nil))
+			}
+			const retention = time.Hour
+			tbl, snap := createTable(t, store, map[string]string{"delta.deletedFileRetentionDuration": "interval 1 hours", "delta.checkpointInterval": "5"}, opts...)
+			model := map[string]int64{} // removed path -> deletion time
+			removedAdds := map[string]*Add{}
+			lastCkpt := int64(-1)
+			spilled := false
+			const commits = 60
+			for i := 1; i <= commits; i++ {
+				now = now.Add(4 * time.Minute)
+				tx := tbl.Begin(snap)
+				// Three files replaced a commit: a remove each.
+				for j, a := range snap.Files() {
+					if j == 3 {
+						break
+					}
+					tx.RemoveFile(a, true)
+					model[a.Path] = now.UnixMilli()
+					removedAdds[a.Path] = a
+				}
+				for j := 0; j < 3; j++ {
+					tx.Add(fakeAdd(fmt.Sprintf("f%03d-%d", i, j)))
+				}
+				// Every 7th commit re-adds a file removed 8 commits ago (in
+				// a checkpoint by now), which cancels the checkpoint's
+				// remove; the next commit removes it again (the oldest
+				// files go first), which replaces it with a newer one.
+				if i%7 == 0 && i > 8 {
+					p := fmt.Sprintf("f%03d-0.parquet", i-9)
+					if a := removedAdds[p]; a != nil {
+						if _, still := model[p]; still {
+							tx.Add(a)
+							delete(model, p)
+						}
+					}
+				}
+				c, err := tx.Commit(ctx, "WRITE", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tbl.WaitCheckpoints()
+				if c.CheckpointErr != nil {
+					t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
+				}
+				if c.Checkpointed {
+					cutoff := now.Add(-retention).UnixMilli()
+					for p, ts := range model {
+						if ts < cutoff {
+							delete(model, p)
+						}
+					}
+					if got := removesIn(t, store, c.Version); !reflect.DeepEqual(got, model) {
+						t.Fatalf("checkpoint %d holds removes %v, want %v", c.Version, sortedKeys(got), sortedKeys(model))
+					}
+					lastCkpt = c.Version
+				}
+				snap = c.Snapshot
+				if got := tombstoneTimes(t, snap); !reflect.DeepEqual(got, model) {
+					t.Fatalf("version %d: the writer's tombstones %v, want %v", snap.Version, sortedKeys(got), sortedKeys(model))
+				}
+				// The count is exact once the snapshot rebased on the last
+				// checkpoint, unless this commit re-added a removed file.
+				rebasedNow := (!bg && c.Checkpointed) || (bg && snap.Version%5 == 1 && i%7 != 0)
+				if n := snap.NumTombstones(); n < len(model) || (rebasedNow && n != len(model)) {
+					t.Fatalf("version %d: NumTombstones %d, %d kept", snap.Version, n, len(model))
+				}
+				// In memory: the removes of the commits after the last
+				// checkpoint the writer's snapshot knows of (the one of
+				// this very commit once the next commit sees it landed,
+				// in the background).
+				since := snap.Version - lastCkpt
+				if bg && since == 0 {
+					since = 5
+				}
+				if lastCkpt >= 0 {
+					if n := snap.tombstones.len(); n > int(3*since) {
+						t.Fatalf("version %d: %d removes held in memory, %d commits after checkpoint %d", snap.Version, n, since, lastCkpt)
+					}
+					if snap.spill != nil && snap.spill.n > 0 {
+						spilled = true
+					}
+				}
+				// A reader loading the table (from its last checkpoint)
+				// finds the same tombstones.
+				fresh, err := Open(store).Snapshot(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := tombstoneTimes(t, fresh); !reflect.DeepEqual(got, model) {
+					t.Fatalf("version %d reloaded: tombstones %v, want %v", fresh.Version, sortedKeys(got), sortedKeys(model))
+				}
+				sameState(t, fmt.Sprintf("commit %d", i), snap, fresh)
+			}
+			if !spilled || lastCkpt < 50 {
+				t.Fatalf("no removes spilled (last checkpoint %d): the test exercised nothing", lastCkpt)
+			}
+		})
+	}
+}
+
+// TestVacuumKeepsSpilledTombstones: vacuum reads the removes a checkpoint
+// holds back from it; the files they name stay until the retention ends,
+// and only then go.
+func TestVacuumKeepsSpilledTombstones(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := storage.NewLocal(dir)
+	now := time.Date(2026, 6, 15, 12, 0, 0, 0, time.UTC)
+	tbl, snap := createTable(t, store, map[string]string{"delta.deletedFileRetentionDuration": "interval 1 hours", "delta.checkpointInterval": "2"},
+		Clock(func() time.Time { return now }))
+	write := func(name string) {
+		p := filepath.Join(dir, name+".parquet")
+		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		old := now.Add(-48 * time.Hour)
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		now = now.Add(20 * time.Minute)
+		write(fmt.Sprintf("f%03d", i)) // the file replaceFiles adds
+		snap = replaceFiles(t, tbl, snap, i).Snapshot
+	}
+	loaded, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.spill == nil || loaded.spill.n != 3 || loaded.tombstones.len() != 0 {
+		t.Fatalf("the load of version %d should leave its 3 removes in checkpoint 4: spill %+v, %d in memory", loaded.Version, loaded.spill, loaded.tombstones.len())
+	}
+	exists := func(i int) bool {
+		_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("f%03d.parquet", i)))
+		return err == nil
+	}
+	// Removed 40, 20 and 0 minutes ago: all within the hour.
+	if _, err := Vacuum(ctx, tbl, VacuumOptions{Now: func() time.Time { return now }}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		if !exists(i) {
+			t.Fatalf("vacuum deleted f%03d, whose remove is within the retention", i)
+		}
+	}
+	// 50 minutes later f001 and f002 were removed over an hour ago.
+	now = now.Add(50 * time.Minute)
+	if _, err := Vacuum(ctx, tbl, VacuumOptions{Now: func() time.Time { return now }}); err != nil {
+		t.Fatal(err)
+	}
+	var left []int
+	for i := 1; i <= 4; i++ {
+		if exists(i) {
+			left = append(left, i)
+		}
+	}
+	sort.Ints(left)
+	if !reflect.DeepEqual(left, []int{3, 4}) {
+		t.Fatalf("files left after the retention of two removes ended: %v, want f003 (removed 30 minutes ago) and f004 (live)", left)
+	}
+}
