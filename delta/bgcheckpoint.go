@@ -113,7 +113,7 @@ func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapsho
 	loc := t.Location()
 	bctx := context.WithoutCancel(ctx)
 	return t.opts.background.start(snap.Version, func() error {
-		path, removes, err := writeCheckpointCutoff(bctx, t.store, snap, cutoff)
+		path, removes, err := t.writeCheckpointOf(bctx, snap, cutoff)
 		if err != nil {
 			err = fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)
 		} else {

@@ -101,6 +101,24 @@ func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Sna
 	return p, nRemove, nil
 }
 
+// writeCheckpointOf is writeCheckpointCutoff for the table's writer:
+// when the checkpoint snap reads its older removes from is gone (another
+// writer's log cleanup deleted it), it writes from a fresh load of the
+// same version instead, which reads them from a newer checkpoint. The
+// writer's snapshots then rebase on the checkpoint written, so one such
+// fallback heals them.
+func (t *Table) writeCheckpointOf(ctx context.Context, snap *Snapshot, cutoff int64) (path string, removes int, err error) {
+	path, removes, err = writeCheckpointCutoff(ctx, t.store, snap, cutoff)
+	if err == nil || !errors.Is(err, errSpillGone) {
+		return path, removes, err
+	}
+	fresh, lerr := t.load(ctx, snap.Version)
+	if lerr != nil {
+		return "", 0, fmt.Errorf("%w; reloading the version: %w", err, lerr)
+	}
+	return writeCheckpointCutoff(ctx, t.store, fresh, cutoff)
+}
+
 // checkpointActions selects and orders the actions of a snapshot's
 // checkpoint: protocol, metaData, (checkpointMetadata), txns and domains by
 // name, adds by path, then the tombstones deleted at or after minDeletion

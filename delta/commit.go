@@ -471,7 +471,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 		var path string
 		var removes int
 		if err == nil {
-			path, removes, err = writeCheckpointCutoff(ctx, tx.table.store, snap, cutoff)
+			path, removes, err = tx.table.writeCheckpointOf(ctx, snap, cutoff)
 		}
 		if err != nil {
 			res.CheckpointErr = fmt.Errorf("checkpoint version %d of table %s: %w", version, loc, err)

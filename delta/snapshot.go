@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -180,6 +181,11 @@ func (s *Snapshot) NumTombstones() int {
 	return n
 }
 
+// errSpillGone: the checkpoint a snapshot reads its older removes from
+// was deleted, by another writer's log cleanup (this package's keeps it,
+// CleanupExpiredLogs). A fresh load of the version reads a newer one.
+var errSpillGone = errors.New("the checkpoint is gone")
+
 // spilledTombstones are the removes of one checkpoint, left in storage.
 type spilledTombstones struct {
 	store   storage.Storage
@@ -193,6 +199,9 @@ type spilledTombstones struct {
 func (sp *spilledTombstones) each(ctx context.Context, f func(FileKey, *Remove) bool) error {
 	acts, err := readCheckpointRemoves(ctx, sp.store, sp.version, sp.paths)
 	if err != nil {
+		if errors.Is(err, storage.ErrNotExist) {
+			return fmt.Errorf("read the removes of checkpoint %d: %w: %w", sp.version, errSpillGone, err)
+		}
 		return fmt.Errorf("read the removes of checkpoint %d: %w", sp.version, err)
 	}
 	for i := range acts {

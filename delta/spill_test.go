@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -224,4 +225,89 @@ func TestVacuumKeepsSpilledTombstones(t *testing.T) {
 	if !reflect.DeepEqual(left, []int{3, 4}) {
 		t.Fatalf("files left after the retention of two removes ended: %v, want f003 (removed 30 minutes ago) and f004 (live)", left)
 	}
+}
+
+// TestCheckpointAfterSpillGone: another writer's log cleanup deleted the
+// checkpoint the writer's snapshot reads its older removes from. The
+// writer's next checkpoint is written from a fresh load of its version
+// instead of failing at every checkpoint from then on, and its snapshots
+// rebase on it.
+func TestCheckpointAfterSpillGone(t *testing.T) {
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	tbl, snap := createTable(t, store, map[string]string{"delta.checkpointInterval": "2"})
+	model := map[string]bool{}
+	replace := func(i int) *Committed {
+		for _, a := range snap.Files() {
+			model[a.Path] = true
+		}
+		c := replaceFiles(t, tbl, snap, i)
+		if c.CheckpointErr != nil {
+			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
+		}
+		snap = c.Snapshot
+		return c
+	}
+	for i := 1; i <= 4; i++ {
+		replace(i)
+	}
+	if snap.spill == nil || snap.spill.version != 4 {
+		t.Fatalf("version %d should spill to checkpoint 4: %+v", snap.Version, snap.spill)
+	}
+	// Another writer commits version 5, checkpoints it and cleans up
+	// below it, checkpoint 4 included.
+	other := Open(store)
+	os5, err := other.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range os5.Files() {
+		model[a.Path] = true
+	}
+	c5 := replaceFiles(t, other, os5, 5)
+	if err := WriteCheckpoint(ctx, store, c5.Snapshot); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, ckptClassicPath(4)); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err = tbl.Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snap.Tombstones(ctx); !errors.Is(err, errSpillGone) {
+		t.Fatalf("reading the removes of a deleted checkpoint: %v, want errSpillGone", err)
+	}
+	c := replace(6) // version 6: a checkpoint version
+	if !c.Checkpointed {
+		t.Fatal("version 6 wrote no checkpoint")
+	}
+	got := removesIn(t, store, 6)
+	if len(got) != len(model) {
+		t.Fatalf("checkpoint 6 holds %d removes, want %d", len(got), len(model))
+	}
+	for p := range model {
+		if _, ok := got[p]; !ok {
+			t.Fatalf("checkpoint 6 lacks the remove of %s", p)
+		}
+	}
+	if snap.spill == nil || snap.spill.version != 6 || snap.tombstones.len() != 0 {
+		t.Fatalf("the writer's snapshot should spill to checkpoint 6 now: %+v, %d in memory", snap.spill, snap.tombstones.len())
+	}
+	if n := len(tombstonesOf(t, snap)); n != len(model) {
+		t.Fatalf("%d tombstones, want %d", n, len(model))
+	}
+}
+
+// heldSnapshot returns s with every tombstone read into memory: a state a
+// test compares against after the table's log cleanup has deleted the
+// checkpoint s reads its older removes from.
+func heldSnapshot(t *testing.T, s *Snapshot) *Snapshot {
+	t.Helper()
+	m := map[FileKey]*Remove{}
+	for _, r := range tombstonesOf(t, s) {
+		m[keyOf(r.Key())] = r
+	}
+	c := *s
+	c.tombstones, c.spill, c.tombstoneCutoff = newLayered(m), nil, 0
+	return &c
 }
