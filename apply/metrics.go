@@ -111,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start."},
 			[]string{"table", "state"}),
 		logFiles: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_log_files",
-			Help: "Data files in the table's Delta log state after each commit: live (add actions), or removed (remove actions kept until delta.deletedFileRetentionDuration expires them; every log checkpoint carries them and the writer holds them in memory). Merge-on-read removes and re-adds each file whose deletion vector a commit changes."},
+			Help: "Data files in the table's Delta log state after each commit: live (add actions), or removed (remove actions kept until delta.deletedFileRetentionDuration expires them; every log checkpoint carries them, reading the previous checkpoint's back and writing them all again). Merge-on-read removes and re-adds each file whose deletion vector a commit changes."},
 			[]string{"table", "state"}),
 		indexRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_key_index_refreshes_total",
 			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change, a resync the applier's state could not be trusted for)."},
