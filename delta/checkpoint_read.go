@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
@@ -25,17 +24,6 @@ import (
 //
 // paths are storage paths of the checkpoint's files, all of version.
 func readCheckpoint(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
-	return readCheckpointKinds(ctx, store, version, paths, false)
-}
-
-// readCheckpointRemoves is readCheckpoint for the remove actions only: a
-// spilled snapshot's read-back (Snapshot.spill), which decodes neither the
-// adds nor their statistics.
-func readCheckpointRemoves(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
-	return readCheckpointKinds(ctx, store, version, paths, true)
-}
-
-func readCheckpointKinds(ctx context.Context, store storage.Storage, version int64, paths []string, removesOnly bool) ([]Action, error) {
 	if err := ckptCheckFiles(version, paths); err != nil {
 		return nil, err
 	}
@@ -44,7 +32,7 @@ func readCheckpointKinds(ctx context.Context, store storage.Storage, version int
 	// timestamps are formatted after the table schema is known.
 	var rebuilt []*Add
 	for _, p := range paths {
-		acts, err := ckptReadFileKinds(ctx, store, p, &rebuilt, removesOnly)
+		acts, err := ckptReadFile(ctx, store, p, &rebuilt)
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +55,7 @@ func readCheckpointKinds(ctx context.Context, store storage.Storage, version int
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
-		acts, err := ckptReadFileKinds(ctx, store, sp, &rebuilt, removesOnly)
+		acts, err := ckptReadFile(ctx, store, sp, &rebuilt)
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
@@ -91,6 +79,69 @@ func readCheckpointKinds(ctx context.Context, store storage.Storage, version int
 		}
 	}
 	return out, nil
+}
+
+// eachCheckpointRemove calls fn for each remove action a checkpoint holds
+// (its files, then the sidecars they name) until fn returns false,
+// decoding only the remove and sidecar columns of a Parquet file, a row
+// group at a time: a spilled snapshot's read-back (Snapshot.spill).
+func eachCheckpointRemove(ctx context.Context, store storage.Storage, version int64, paths []string, fn func(*Remove) bool) error {
+	if err := ckptCheckFiles(version, paths); err != nil {
+		return err
+	}
+	var sidecars []*Sidecar
+	more := true
+	visit := func(p string, top bool) error {
+		data, err := store.Read(ctx, p)
+		if err != nil {
+			return fmt.Errorf("read checkpoint file: %w", err)
+		}
+		var bad error
+		each := func(acts []Action) bool {
+			for _, a := range acts {
+				switch {
+				case a.Sidecar != nil && top:
+					sidecars = append(sidecars, a.Sidecar)
+				case a.Sidecar != nil:
+					bad = fmt.Errorf("sidecar %s names another sidecar", p)
+					return false
+				case a.Remove != nil:
+					if more = fn(a.Remove); !more {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		if strings.HasSuffix(p, ".json") {
+			acts, err := ParseActions(data)
+			if err != nil {
+				return fmt.Errorf("read checkpoint file %s: %w", p, err)
+			}
+			each(acts)
+		} else if err := ckptEachRemoveRowGroup(data, each); err != nil {
+			return fmt.Errorf("read checkpoint file %s: %w", p, err)
+		}
+		return bad
+	}
+	for _, p := range paths {
+		if err := visit(p, true); err != nil || !more {
+			return err
+		}
+	}
+	for _, sc := range sidecars {
+		sp, err := ckptSidecarPath(sc.Path)
+		if err != nil {
+			return fmt.Errorf("read checkpoint %d: %w", version, err)
+		}
+		if err := visit(sp, false); err != nil {
+			return fmt.Errorf("read checkpoint %d: %w", version, err)
+		}
+		if !more {
+			return nil
+		}
+	}
+	return nil
 }
 
 // ckptCheckFiles checks that paths name one complete checkpoint of version:
@@ -134,12 +185,6 @@ func ckptCheckFiles(version int64, paths []string) error {
 // extension. Adds whose stats were rebuilt from stats_parsed are appended
 // to rebuilt when it is not nil.
 func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add) ([]Action, error) {
-	return ckptReadFileKinds(ctx, store, p, rebuilt, false)
-}
-
-// ckptReadFileKinds is ckptReadFile, with removesOnly for the removes and
-// the sidecars only (the rest of a JSON file is parsed, then dropped).
-func ckptReadFileKinds(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add, removesOnly bool) ([]Action, error) {
 	data, err := store.Read(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file: %w", err)
@@ -149,12 +194,9 @@ func ckptReadFileKinds(ctx context.Context, store storage.Storage, p string, reb
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
 		}
-		if removesOnly {
-			acts = slices.DeleteFunc(acts, func(a Action) bool { return a.Remove == nil && a.Sidecar == nil })
-		}
 		return acts, nil
 	}
-	acts, err := ckptDecodeParquetKinds(data, rebuilt, removesOnly)
+	acts, err := ckptDecodeParquet(data, rebuilt)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
 	}
@@ -174,12 +216,6 @@ func ckptReadFileKinds(ctx context.Context, store storage.Storage, p string, reb
 // Adds whose stats were rebuilt from stats_parsed are appended to rebuilt
 // when it is not nil.
 func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) {
-	return ckptDecodeParquetKinds(data, rebuilt, false)
-}
-
-// ckptDecodeParquetKinds is ckptDecodeParquet, with removesOnly for the
-// removes and the sidecars only: the other columns are not decoded.
-func ckptDecodeParquetKinds(data []byte, rebuilt *[]*Add, removesOnly bool) (acts []Action, err error) {
 	// parquet-go panics on some corrupt inputs. A checkpoint is input we
 	// did not write; a bad one must be an error replay can fall back from,
 	// not a crash of the process.
@@ -188,6 +224,81 @@ func ckptDecodeParquetKinds(data []byte, rebuilt *[]*Add, removesOnly bool) (act
 			acts, err = nil, fmt.Errorf("decode parquet: corrupt file: %v", r)
 		}
 	}()
+	f, err := ckptOpenParquet(data)
+	if err != nil {
+		return nil, err
+	}
+	d := newCkptDecoder(f.Root(), nil, int(f.NumRows()))
+	rows := make([]Action, d.nrows)
+	d.decodeTxn(rows)
+	d.decodeAdd(rows)
+	d.decodeRemove(rows)
+	d.decodeMetadata(rows)
+	d.decodeProtocol(rows)
+	d.decodeDomain(rows)
+	d.decodeCheckpointMetadata(rows)
+	d.decodeSidecar(rows)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if rebuilt != nil {
+		*rebuilt = append(*rebuilt, d.rebuilt...)
+	}
+	return ckptSplitRows(rows, d.nrows), nil
+}
+
+// ckptSplitRows returns the actions of decoded rows in row order. A row
+// sets one action; a row that sets several is split so each returned
+// Action keeps the one-field invariant.
+func ckptSplitRows(rows []Action, hint int) []Action {
+	out := make([]Action, 0, hint)
+	for _, r := range rows {
+		for _, a := range [...]Action{
+			{Txn: r.Txn}, {Add: r.Add}, {Remove: r.Remove}, {Metadata: r.Metadata},
+			{Protocol: r.Protocol}, {DomainMetadata: r.DomainMetadata},
+			{CheckpointMetadata: r.CheckpointMetadata}, {Sidecar: r.Sidecar},
+		} {
+			if a != (Action{}) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// ckptEachRemoveRowGroup decodes the removes and sidecars of a Parquet
+// checkpoint (or sidecar) file one row group at a time, handing each
+// group's to fn until it returns false: a spilled snapshot's read-back
+// (Snapshot.spill), whose memory is then a row group's, not the file's
+// (this package writes checkpoints in groups of ckptRowGroup rows).
+func ckptEachRemoveRowGroup(data []byte, fn func([]Action) bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode parquet: corrupt file: %v", r)
+		}
+	}()
+	f, err := ckptOpenParquet(data)
+	if err != nil {
+		return err
+	}
+	for _, rg := range f.RowGroups() {
+		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
+		rows := make([]Action, d.nrows)
+		d.decodeRemove(rows)
+		d.decodeSidecar(rows)
+		if d.err != nil {
+			return d.err
+		}
+		if !fn(ckptSplitRows(rows, d.nrows)) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ckptOpenParquet opens a Parquet checkpoint file after the checks that
+// keep a corrupt one from sizing allocations or hanging the decoder.
+func ckptOpenParquet(data []byte) (*parquet.File, error) {
 	// parquet-go allocates the footer length the file claims before
 	// checking it against the file's size.
 	if len(data) < 12 || int64(binary.LittleEndian.Uint32(data[len(data)-8:])) > int64(len(data)-12) {
@@ -215,55 +326,27 @@ func ckptDecodeParquetKinds(data []byte, rebuilt *[]*Add, removesOnly bool) (act
 			}
 		}
 	}
-	d := &ckptDecoder{
-		root:       f.Root(),
-		nrows:      int(f.NumRows()),
+	return f, nil
+}
+
+func newCkptDecoder(root *parquet.Column, rg parquet.RowGroup, nrows int) *ckptDecoder {
+	return &ckptDecoder{
+		root:       root,
+		rg:         rg,
+		nrows:      nrows,
 		buf:        make([]parquet.Value, 1024),
 		intern:     make(map[string]string),
 		internPtrs: make(map[string]*string),
 	}
-	rows := make([]Action, d.nrows)
-	if removesOnly {
-		d.decodeRemove(rows)
-		d.decodeSidecar(rows)
-	} else {
-		d.decodeTxn(rows)
-		d.decodeAdd(rows)
-		d.decodeRemove(rows)
-		d.decodeMetadata(rows)
-		d.decodeProtocol(rows)
-		d.decodeDomain(rows)
-		d.decodeCheckpointMetadata(rows)
-		d.decodeSidecar(rows)
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	if rebuilt != nil {
-		*rebuilt = append(*rebuilt, d.rebuilt...)
-	}
-	out := make([]Action, 0, d.nrows)
-	for _, r := range rows {
-		// A row sets one action; split a row that sets several so each
-		// returned Action keeps the one-field invariant.
-		for _, a := range [...]Action{
-			{Txn: r.Txn}, {Add: r.Add}, {Remove: r.Remove}, {Metadata: r.Metadata},
-			{Protocol: r.Protocol}, {DomainMetadata: r.DomainMetadata},
-			{CheckpointMetadata: r.CheckpointMetadata}, {Sidecar: r.Sidecar},
-		} {
-			if a != (Action{}) {
-				out = append(out, a)
-			}
-		}
-	}
-	return out, nil
 }
 
 // ckptDecoder decodes columns of one Parquet checkpoint file. Helpers record
 // the first error in err and do nothing once it is set, so the per-action
 // decoders read as a list of fields.
 type ckptDecoder struct {
-	root  *parquet.Column
+	root *parquet.Column
+	// rg, when set, limits the decoder to one row group: nrows are its.
+	rg    parquet.RowGroup
 	nrows int
 	buf   []parquet.Value
 	// intern shares the strings that repeat on most rows (partition column
@@ -292,7 +375,12 @@ func (d *ckptDecoder) scan(col *parquet.Column, fn func(row int, v parquet.Value
 		d.fail(col, "not a leaf column")
 		return
 	}
-	pages := col.Pages()
+	var pages parquet.Pages
+	if d.rg != nil {
+		pages = d.rg.ColumnChunks()[col.Index()].Pages()
+	} else {
+		pages = col.Pages()
+	}
 	defer pages.Close()
 	repeated := col.MaxRepetitionLevel() > 0
 	row := -1

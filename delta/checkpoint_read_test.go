@@ -283,16 +283,13 @@ func TestReadCheckpointConformance(t *testing.T) {
 					wantRm = append(wantRm, *a.Remove)
 				}
 			}
-			rms, err := readCheckpointRemoves(ctx, store, c.version, paths)
-			if err != nil {
-				t.Fatalf("readCheckpointRemoves: %v", err)
-			}
 			var gotRm []Remove
-			for _, a := range rms {
-				if a.Remove == nil {
-					t.Fatalf("removes-only read returned %+v", a)
-				}
-				gotRm = append(gotRm, *a.Remove)
+			err = eachCheckpointRemove(ctx, store, c.version, paths, func(r *Remove) bool {
+				gotRm = append(gotRm, *r)
+				return true
+			})
+			if err != nil {
+				t.Fatalf("eachCheckpointRemove: %v", err)
 			}
 			if !reflect.DeepEqual(gotRm, wantRm) {
 				t.Errorf("removes-only read: %d removes %+v, the full read %d %+v", len(gotRm), gotRm, len(wantRm), wantRm)

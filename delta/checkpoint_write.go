@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,11 +73,12 @@ func tombstoneCutoff(snap *Snapshot, now time.Time) (int64, error) {
 // checkpoint's file and the number of removes it holds, for the writer's
 // later snapshots to spill to (Snapshot.rebased).
 func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff int64) (path string, removes int, err error) {
-	acts, nAdd, nRemove, err := checkpointActions(ctx, snap, cutoff)
+	cw := newCkptWriter()
+	nAdd, nRemove, err := checkpointRows(ctx, snap, cutoff, cw.add)
 	if err != nil {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
-	data, err := encodeCheckpoint(acts)
+	data, err := cw.finish()
 	if err != nil {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
@@ -94,7 +96,7 @@ func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Sna
 		return p, nRemove, nil
 	}
 	size, adds := int64(len(data)), int64(nAdd)
-	lc := &LastCheckpoint{Version: snap.Version, Size: int64(len(acts)), SizeInBytes: &size, NumOfAddFiles: &adds}
+	lc := &LastCheckpoint{Version: snap.Version, Size: int64(cw.rows), SizeInBytes: &size, NumOfAddFiles: &adds}
 	if err := writeLastCheckpoint(ctx, store, lc); err != nil {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
@@ -119,51 +121,81 @@ func (t *Table) writeCheckpointOf(ctx context.Context, snap *Snapshot, cutoff in
 	return writeCheckpointCutoff(ctx, t.store, fresh, cutoff)
 }
 
-// checkpointActions selects and orders the actions of a snapshot's
-// checkpoint: protocol, metaData, (checkpointMetadata), txns and domains by
-// name, adds by path, then the tombstones deleted at or after minDeletion
-// (Unix ms), by path. It also returns the number of adds and of removes.
-// The removes of a spilled checkpoint are read back for it.
-func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (acts []Action, nAdd, nRemove int, err error) {
-	files := snap.Files()
-	tombs, err := snap.Tombstones(ctx)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	txns := snap.Txns()
-	domains := snap.Domains()
-	acts = make([]Action, 0, 3+len(txns)+len(domains)+len(files)+len(tombs))
+// checkpointRows hands emit the actions of a snapshot's checkpoint in
+// order: protocol, metaData, (checkpointMetadata), txns and domains by
+// name, adds by path, the tombstones held in memory by path, then those
+// of the checkpoint the snapshot spilled to, read back as they come;
+// only tombstones deleted at or after minDeletion (Unix ms). It returns
+// the number of adds and of removes.
+func checkpointRows(ctx context.Context, snap *Snapshot, minDeletion int64, emit func(*Action) error) (nAdd, nRemove int, err error) {
 	p, m := snap.Protocol, snap.Metadata
-	acts = append(acts, Action{Protocol: &p}, Action{Metadata: &m})
+	head := []Action{{Protocol: &p}, {Metadata: &m}}
 	// A table with V2 checkpoints enabled may still use the classic name,
 	// but then the file must say which version it is (V2 spec).
 	if contains(p.WriterFeatures, FeatureV2Checkpoint) {
-		acts = append(acts, Action{CheckpointMetadata: &CheckpointMetadata{Version: snap.Version}})
+		head = append(head, Action{CheckpointMetadata: &CheckpointMetadata{Version: snap.Version}})
 	}
+	txns := snap.Txns()
 	for _, id := range sortedKeys(txns) {
 		t := txns[id]
-		acts = append(acts, Action{Txn: &t})
+		head = append(head, Action{Txn: &t})
 	}
+	domains := snap.Domains()
 	for _, name := range sortedKeys(domains) {
 		d := domains[name]
-		acts = append(acts, Action{DomainMetadata: &d})
+		head = append(head, Action{DomainMetadata: &d})
 	}
-	for _, a := range files {
-		acts = append(acts, Action{Add: a})
+	for i := range head {
+		if err := emit(&head[i]); err != nil {
+			return 0, 0, err
+		}
 	}
-	for _, r := range tombs {
-		// A tombstone without a deletion time counts as deleted at the
-		// epoch, as Spark reads it: expired.
+	for _, a := range snap.Files() {
+		if err := emit(&Action{Add: a}); err != nil {
+			return 0, 0, err
+		}
+		nAdd++
+	}
+	// A tombstone without a deletion time counts as deleted at the
+	// epoch, as Spark reads it: expired.
+	kept := func(r *Remove) bool {
 		var ts int64
 		if r.DeletionTimestamp != nil {
 			ts = *r.DeletionTimestamp
 		}
-		if ts >= minDeletion {
-			acts = append(acts, Action{Remove: r})
+		return ts >= minDeletion
+	}
+	held := make([]*Remove, 0, snap.tombstones.len())
+	snap.tombstones.each(func(_ FileKey, r *Remove) bool {
+		held = append(held, r)
+		return true
+	})
+	slices.SortFunc(held, func(a, b *Remove) int { return strings.Compare(a.Path, b.Path) })
+	for _, r := range held {
+		if kept(r) {
+			if err := emit(&Action{Remove: r}); err != nil {
+				return 0, 0, err
+			}
 			nRemove++
 		}
 	}
-	return acts, len(files), nRemove, nil
+	if snap.spill == nil {
+		return nAdd, nRemove, nil
+	}
+	var emitErr error
+	err = snap.rangeSpilled(ctx, func(r *Remove) bool {
+		if kept(r) {
+			if emitErr = emit(&Action{Remove: r}); emitErr != nil {
+				return false
+			}
+			nRemove++
+		}
+		return true
+	})
+	if err == nil {
+		err = emitErr
+	}
+	return nAdd, nRemove, err
 }
 
 // ckptSchema is the checkpoint's Parquet schema, declared by the ckptRow
@@ -192,50 +224,97 @@ var ckptLeaves = func() map[string]int {
 }()
 
 // encodeCheckpoint writes actions as a Snappy-compressed (Spark's default
-// codec, readable everywhere) Parquet checkpoint, one row per action.
+// codec, readable everywhere) Parquet checkpoint, one row per action
+// (ckptWriter).
+func encodeCheckpoint(acts []Action) ([]byte, error) {
+	w := newCkptWriter()
+	for i := range acts {
+		if err := w.add(&acts[i]); err != nil {
+			return nil, err
+		}
+	}
+	return w.finish()
+}
+
+// ckptRowGroup is the number of rows per row group of the checkpoints
+// this package writes: parquet-go holds a row group's pages until it is
+// flushed, and a spilled snapshot reads the removes back a row group at
+// a time, so both stay bounded however many removes the checkpoint holds.
+// A variable for the tests.
+var ckptRowGroup = 65536
+
+// ckptWriter encodes a Snappy-compressed Parquet checkpoint one action at
+// a time into memory, in row groups of ckptRowGroup rows.
 //
 // Values are built with their levels set by hand rather than through
 // parquet-go's reflection writer, which allocates per map, pointer and
 // value: 1.2M allocations for a 100k-file table against a few thousand
 // here, in a process that keeps running pipelines while it checkpoints.
 // TestEncodeCheckpointMatchesReflection keeps the two writers' output equal.
-func encodeCheckpoint(acts []Action) ([]byte, error) {
-	var buf bytes.Buffer
-	w := parquet.NewWriter(&buf, ckptSchema, parquet.Compression(&parquet.Snappy))
+type ckptWriter struct {
+	buf     bytes.Buffer
+	w       *parquet.Writer
+	e       ckptEncoder
+	ncol    int
+	rows    int // rows added
+	batched int // rows in e.cols not yet handed to the column writers
+	grouped int // rows in the current row group
+}
+
+func newCkptWriter() *ckptWriter {
 	ncol := len(ckptSchema.Columns())
-	e := ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}
+	cw := &ckptWriter{ncol: ncol, e: ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}}
+	cw.w = parquet.NewWriter(&cw.buf, ckptSchema, parquet.Compression(&parquet.Snappy))
+	return cw
+}
+
+// add encodes one action as a row.
+func (cw *ckptWriter) add(a *Action) error {
+	cw.e.col = 0
+	cw.e.action(a)
+	if cw.e.col != cw.ncol {
+		return fmt.Errorf("encode checkpoint: action %d filled %d of %d columns", cw.rows, cw.e.col, cw.ncol)
+	}
+	cw.rows++
+	cw.batched++
+	cw.grouped++
 	// Values go straight into per-column batches, written a column at a
 	// time: parquet-go's row path would split every row back into its 59
 	// columns one value at a time.
-	const batch = 1024
-	flush := func() error {
-		for c, cw := range w.ColumnWriters() {
-			if _, err := cw.WriteRowValues(e.cols[c]); err != nil {
-				return err
-			}
-			e.cols[c] = e.cols[c][:0]
-		}
-		return nil
-	}
-	for i := range acts {
-		e.col = 0
-		e.action(&acts[i])
-		if e.col != ncol {
-			return nil, fmt.Errorf("encode checkpoint: action %d filled %d of %d columns", i, e.col, ncol)
-		}
-		if (i+1)%batch == 0 {
-			if err := flush(); err != nil {
-				return nil, fmt.Errorf("encode checkpoint: %w", err)
-			}
+	if cw.batched == 1024 || cw.grouped == ckptRowGroup {
+		if err := cw.flushBatch(); err != nil {
+			return err
 		}
 	}
-	if err := flush(); err != nil {
+	if cw.grouped == ckptRowGroup {
+		if err := cw.w.Flush(); err != nil {
+			return fmt.Errorf("encode checkpoint: %w", err)
+		}
+		cw.grouped = 0
+	}
+	return nil
+}
+
+func (cw *ckptWriter) flushBatch() error {
+	for c, w := range cw.w.ColumnWriters() {
+		if _, err := w.WriteRowValues(cw.e.cols[c]); err != nil {
+			return fmt.Errorf("encode checkpoint: %w", err)
+		}
+		cw.e.cols[c] = cw.e.cols[c][:0]
+	}
+	cw.batched = 0
+	return nil
+}
+
+// finish closes the file and returns its bytes.
+func (cw *ckptWriter) finish() ([]byte, error) {
+	if err := cw.flushBatch(); err != nil {
+		return nil, err
+	}
+	if err := cw.w.Close(); err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode checkpoint: %w", err)
-	}
-	return buf.Bytes(), nil
+	return cw.buf.Bytes(), nil
 }
 
 // ckptEncoder encodes checkpoint rows into per-column value batches. Its

@@ -950,3 +950,13 @@ func TestCheckpointOfSparkTablesReadByDeltaRS(t *testing.T) {
 		}
 	}
 }
+
+// checkpointActions collects checkpointRows' actions: the checkpoint of
+// snap as one slice.
+func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (acts []Action, nAdd, nRemove int, err error) {
+	nAdd, nRemove, err = checkpointRows(ctx, snap, minDeletion, func(a *Action) error {
+		acts = append(acts, *a)
+		return nil
+	})
+	return acts, nAdd, nRemove, err
+}

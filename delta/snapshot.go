@@ -150,6 +150,13 @@ func (s *Snapshot) rangeTombstones(ctx context.Context, f func(*Remove) bool) er
 	if !more || s.spill == nil {
 		return nil
 	}
+	return s.rangeSpilled(ctx, f)
+}
+
+// rangeSpilled calls f for each remove of the spilled checkpoint that no
+// later action superseded nor the writer's last checkpoint expired, until
+// f returns false.
+func (s *Snapshot) rangeSpilled(ctx context.Context, f func(*Remove) bool) error {
 	return s.spill.each(ctx, func(k FileKey, r *Remove) bool {
 		if s.tombstoneCutoff > 0 && (r.DeletionTimestamp == nil || *r.DeletionTimestamp < s.tombstoneCutoff) {
 			return true
@@ -197,17 +204,14 @@ type spilledTombstones struct {
 // each reads the checkpoint back and calls f for each of its removes
 // until f returns false.
 func (sp *spilledTombstones) each(ctx context.Context, f func(FileKey, *Remove) bool) error {
-	acts, err := readCheckpointRemoves(ctx, sp.store, sp.version, sp.paths)
+	err := eachCheckpointRemove(ctx, sp.store, sp.version, sp.paths, func(r *Remove) bool {
+		return f(keyOf(r.Key()), tombstone(r))
+	})
 	if err != nil {
 		if errors.Is(err, storage.ErrNotExist) {
 			return fmt.Errorf("read the removes of checkpoint %d: %w: %w", sp.version, errSpillGone, err)
 		}
 		return fmt.Errorf("read the removes of checkpoint %d: %w", sp.version, err)
-	}
-	for i := range acts {
-		if r := acts[i].Remove; r != nil && !f(keyOf(r.Key()), tombstone(r)) {
-			return nil
-		}
 	}
 	return nil
 }

@@ -57,6 +57,10 @@ func tombstoneTimes(t *testing.T, s *Snapshot) map[string]int64 {
 // holds as removed (restore does that) and removing it again are the
 // cases the read-back must reconcile.
 func TestTombstonesSpillToCheckpoint(t *testing.T) {
+	// Row groups of 7 rows: the checkpoints are read back and written a
+	// row group at a time, across many of them.
+	defer func(n int) { ckptRowGroup = n }(ckptRowGroup)
+	ckptRowGroup = 7
 	for _, bg := range []bool{false, true} {
 		t.Run(map[bool]string{false: "inline", true: "background"}[bg], func(t *testing.T) {
 			ctx := context.Background()
@@ -115,6 +119,9 @@ func TestTombstonesSpillToCheckpoint(t *testing.T) {
 						if ts < cutoff {
 							delete(model, p)
 						}
+					}
+					if n := len(model) + len(snap.Files()) + 5; n > 3*ckptRowGroup && ckptRowGroups(t, store, c.Version) < 3 {
+						t.Fatalf("checkpoint %d of %d rows in fewer than 3 row groups of %d", c.Version, n, ckptRowGroup)
 					}
 					if got := removesIn(t, store, c.Version); !reflect.DeepEqual(got, model) {
 						t.Fatalf("checkpoint %d holds removes %v, want %v", c.Version, sortedKeys(got), sortedKeys(model))
@@ -310,4 +317,18 @@ func heldSnapshot(t *testing.T, s *Snapshot) *Snapshot {
 	c := *s
 	c.tombstones, c.spill, c.tombstoneCutoff = newLayered(m), nil, 0
 	return &c
+}
+
+// ckptRowGroups is the number of row groups of a checkpoint file.
+func ckptRowGroups(t *testing.T, store storage.Storage, version int64) int {
+	t.Helper()
+	data, err := store.Read(context.Background(), ckptClassicPath(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckptOpenParquet(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(f.RowGroups())
 }
