@@ -271,29 +271,42 @@ func ckptSplitRows(rows []Action, hint int) []Action {
 // group's to fn until it returns false: a spilled snapshot's read-back
 // (Snapshot.spill), whose memory is then a row group's, not the file's
 // (this package writes checkpoints in groups of ckptRowGroup rows).
-func ckptEachRemoveRowGroup(data []byte, fn func([]Action) bool) (err error) {
+func ckptEachRemoveRowGroup(data []byte, fn func([]Action) bool) error {
+	var f *parquet.File
+	if err := ckptRecover(func() (err error) { f, err = ckptOpenParquet(data); return err }); err != nil {
+		return err
+	}
+	for _, rg := range f.RowGroups() {
+		var acts []Action
+		err := ckptRecover(func() error {
+			d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
+			rows := make([]Action, d.nrows)
+			d.decodeRemove(rows)
+			d.decodeSidecar(rows)
+			acts = ckptSplitRows(rows, d.nrows)
+			return d.err
+		})
+		if err != nil {
+			return err
+		}
+		// fn runs outside the recovery: a panic of the caller's is not a
+		// corrupt file.
+		if !fn(acts) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ckptRecover runs decode, turning a parquet-go panic on a corrupt file
+// into an error.
+func ckptRecover(decode func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("decode parquet: corrupt file: %v", r)
 		}
 	}()
-	f, err := ckptOpenParquet(data)
-	if err != nil {
-		return err
-	}
-	for _, rg := range f.RowGroups() {
-		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
-		rows := make([]Action, d.nrows)
-		d.decodeRemove(rows)
-		d.decodeSidecar(rows)
-		if d.err != nil {
-			return d.err
-		}
-		if !fn(ckptSplitRows(rows, d.nrows)) {
-			return nil
-		}
-	}
-	return nil
+	return decode()
 }
 
 // ckptOpenParquet opens a Parquet checkpoint file after the checks that
@@ -316,6 +329,11 @@ func ckptOpenParquet(data []byte) (*parquet.File, error) {
 		return nil, fmt.Errorf("open parquet: footer claims %d rows in %d bytes", n, len(data))
 	}
 	for _, rg := range f.Metadata().RowGroups {
+		// The same for each row group: the removes-only read sizes its
+		// rows by the group's count.
+		if rg.NumRows < 0 || rg.NumRows > 8*int64(len(data)) {
+			return nil, fmt.Errorf("open parquet: footer claims a row group of %d rows in %d bytes", rg.NumRows, len(data))
+		}
 		for _, cc := range rg.Columns {
 			// parquet-go's LZ4_RAW decoder grows its buffer without bound
 			// on a corrupt block; no Delta writer we know uses LZ4 for

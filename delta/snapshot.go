@@ -139,8 +139,7 @@ func (s *Snapshot) rangeFiles(f func(*Add) bool) {
 
 // rangeTombstones calls f for each kept remove action, in no particular
 // order, until f returns false: those in memory, then the spilled ones
-// (readSpill) that no later action superseded. Reading the spill is its
-// only error.
+// (rangeSpilled). Reading the spill back is its only error.
 func (s *Snapshot) rangeTombstones(ctx context.Context, f func(*Remove) bool) error {
 	more := true
 	s.tombstones.each(func(_ FileKey, r *Remove) bool {
