@@ -223,19 +223,6 @@ var ckptLeaves = func() map[string]int {
 	return out
 }()
 
-// encodeCheckpoint writes actions as a Snappy-compressed (Spark's default
-// codec, readable everywhere) Parquet checkpoint, one row per action
-// (ckptWriter).
-func encodeCheckpoint(acts []Action) ([]byte, error) {
-	w := newCkptWriter()
-	for i := range acts {
-		if err := w.add(&acts[i]); err != nil {
-			return nil, err
-		}
-	}
-	return w.finish()
-}
-
 // ckptRowGroup is the number of rows per row group of the checkpoints
 // this package writes: parquet-go holds a row group's pages until it is
 // flushed, and a spilled snapshot reads the removes back a row group at
@@ -243,8 +230,9 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 // A variable for the tests.
 var ckptRowGroup = 65536
 
-// ckptWriter encodes a Snappy-compressed Parquet checkpoint one action at
-// a time into memory, in row groups of ckptRowGroup rows.
+// ckptWriter encodes a Snappy-compressed (Spark's default codec, readable
+// everywhere) Parquet checkpoint, one row per action, one action at a
+// time into memory, in row groups of ckptRowGroup rows.
 //
 // Values are built with their levels set by hand rather than through
 // parquet-go's reflection writer, which allocates per map, pointer and

@@ -960,3 +960,14 @@ func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (
 	})
 	return acts, nAdd, nRemove, err
 }
+
+// encodeCheckpoint encodes actions as a checkpoint file (ckptWriter).
+func encodeCheckpoint(acts []Action) ([]byte, error) {
+	w := newCkptWriter()
+	for i := range acts {
+		if err := w.add(&acts[i]); err != nil {
+			return nil, err
+		}
+	}
+	return w.finish()
+}
