@@ -92,8 +92,8 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	if err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
 	}
-	out := fileBuffers.get()
-	defer fileBuffers.put(out)
+	out := fileBuffers.Get().(*bytes.Buffer)
+	defer putFileBuffer(out)
 	out.Reset()
 	if err := encodeParquetTo(out, phys, o); err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
@@ -117,32 +117,23 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	}, nil
 }
 
-// bufferPool reuses buffers from one Write to the next, keeping none
-// over max bytes: a rare huge file (a compaction) does not pin its size.
-type bufferPool struct {
-	pool sync.Pool
-	max  int
-}
+// fileBuffers holds the buffers whole files are encoded into, reused from
+// one Write to the next: a file is encoded whole before it is stored, and
+// a buffer grown by doubling for every file was 5% of all the bytes the
+// 1M-key bench's engine allocated. Storage does not keep the bytes it is
+// given (storage.Storage.WriteIfAbsent).
+var fileBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func (p *bufferPool) get() *bytes.Buffer {
-	if b, ok := p.pool.Get().(*bytes.Buffer); ok {
-		return b
-	}
-	return new(bytes.Buffer)
-}
+// maxPooledFileBuffer is the largest buffer kept for reuse: a rare huge
+// file (a compaction) does not pin its size.
+const maxPooledFileBuffer = 64 << 20
 
-func (p *bufferPool) put(b *bytes.Buffer) {
-	if b.Cap() <= p.max {
-		p.pool.Put(b)
+func putFileBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledFileBuffer {
+		fileBuffers.Put(b)
 	}
 }
 
-// fileBuffers holds the buffers whole files are encoded into: a file is
-// encoded whole before it is stored, and a buffer grown by doubling for
-// every file was 5% of all the bytes the 1M-key bench's engine
-// allocated. Storage does not keep the bytes it is given
-// (storage.Storage.WriteIfAbsent).
-//
 // chunkSets hold, per column, the buffer of one column chunk's pages
 // (encodeFlat), each column's buffer in the same set slot from file to
 // file. Until session 27 the chunk buffers came from fileBuffers: every
@@ -151,30 +142,26 @@ func (p *bufferPool) put(b *bytes.Buffer) {
 // ever held, and the pool's live bytes grew with every larger file for
 // as long as the engine ran (BenchmarkWritePooled). Now a set's buffers
 // together stay near the largest file's size.
-var (
-	fileBuffers = bufferPool{max: 64 << 20}
-	chunkSets   = sync.Pool{New: func() any { return new(chunkSet) }}
-)
+var chunkSets = sync.Pool{New: func() any { return new(chunkSet) }}
 
 // chunkSet is one buffer per column, indexed by column.
 type chunkSet struct{ bufs []*bytes.Buffer }
 
-// takeChunkSet returns a set of n reset buffers.
+// takeChunkSet returns a set of at least n buffers (encodeFlat resets
+// them per row group).
 func takeChunkSet(n int) *chunkSet {
 	s := chunkSets.Get().(*chunkSet)
 	for len(s.bufs) < n {
 		s.bufs = append(s.bufs, new(bytes.Buffer))
 	}
-	for _, b := range s.bufs[:n] {
-		b.Reset()
-	}
 	return s
 }
 
-// putChunkSet returns s to the pool, without buffers over 64 MiB.
+// putChunkSet returns s to the pool, without buffers over
+// maxPooledFileBuffer.
 func putChunkSet(s *chunkSet) {
 	for i, b := range s.bufs {
-		if b.Cap() > fileBuffers.max {
+		if b.Cap() > maxPooledFileBuffer {
 			s.bufs[i] = new(bytes.Buffer)
 		}
 	}
