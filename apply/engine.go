@@ -178,6 +178,11 @@ type tableRun struct {
 	// snapshot guardSnap (see guard).
 	guardSnap *delta.Snapshot
 	guardOf   tombstone.Guard
+	// burst is set when the table's last batch was flushed because it was
+	// full (max_records or max_bytes): the stream was ahead of the table,
+	// and what is buffered after it is a backlog's tail, flushed as soon
+	// as the stream pauses however small it is (see burstTail).
+	burst bool
 
 	// inflight is the batch being applied on its own goroutine while the
 	// loop reads on (nil: none). While it is set the applier belongs to
@@ -648,7 +653,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.settleDone(ctx)
 		now := e.clock()
 		for _, t := range e.tables {
-			if t.halted == nil && (e.due(t, now) || idle && len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush)) && !t.mayGrow() {
+			if t.halted == nil && (e.due(t, now) || idle && t.idleFlushes()) && !t.mayGrow() {
 				e.startFlush(ctx, t)
 			}
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
@@ -688,6 +693,16 @@ const idleFlushWait = 50 * time.Millisecond
 
 func idleFlushRecords(f FlushPolicy) int { return max(1000, f.MaxRecords/10) }
 
+// idleFlushes reports whether t's batch is flushed when the stream pauses:
+// it holds idleFlushRecords changes, or it is the tail of a backlog whose
+// previous batch was flushed full (burst). The tail of a backlog read to
+// its end is committed at once instead of waiting out max_latency; this
+// adds at most one commit per backlog, while a trickle, whose batches are
+// flushed by max_latency, still gathers.
+func (t *tableRun) idleFlushes() bool {
+	return !t.buf.empty() && (t.burst || len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush))
+}
+
 // pollWait bounds a poll so that latency and idle flushes happen on time.
 func (e *Engine) pollWait() time.Duration {
 	wait := time.Second
@@ -702,7 +717,7 @@ func (e *Engine) pollWait() time.Duration {
 			continue
 		}
 		left := time.Duration(t.cfg.Flush.MaxLatency) - now.Sub(t.buf.since)
-		if len(t.buf.changes) >= idleFlushRecords(t.cfg.Flush) {
+		if t.idleFlushes() {
 			left = min(left, idleFlushWait)
 		}
 		if left < wait {
@@ -1361,6 +1376,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	if e.beforeApply != nil {
 		e.beforeApply(t.cfg.Name)
 	}
+	t.burst = len(t.buf.changes) >= t.cfg.Flush.MaxRecords || t.buf.bytes >= t.cfg.Flush.MaxBytes
 	f := &inflight{done: make(chan struct{}), buf: t.buf, b: b,
 		rowsBefore: t.applier.rows(), refreshed: refreshed, quarantined: quarantined,
 		pos: t.applier.Positions(), layout: t.applier.Layout(), guard: t.guard()}

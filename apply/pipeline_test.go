@@ -286,6 +286,65 @@ func TestEngineFlushesABurstWhenTheStreamPauses(t *testing.T) {
 	}
 }
 
+// TestEngineFlushesABacklogsTailWhenTheStreamPauses: a backlog of 2300
+// changes with max_records 1000 is committed in full batches and its tail
+// of 300, under the idle flush's 1000 changes, as soon as the stream has
+// nothing more, not after max_latency (an hour here). A trickle of 50
+// after that tail waits again.
+func TestEngineFlushesABacklogsTailWhenTheStreamPauses(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 1000
+	cfg.Tables[0].Flush.BacklogFactor = 1
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+	o := ordersOracle{}
+	produceOrders(p, o, 0, 2300)
+	e, err := NewEngine(cfg, Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan int64, 10)
+	e.OnCommit = func(_ string, res *Result) { committed <- res.Version }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	position := func() int64 {
+		snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"})
+		return next
+	}
+	deadline := time.After(30 * time.Second)
+	for at := int64(0); at < 2300; at = position() {
+		select {
+		case <-committed:
+		case <-deadline:
+			cancel()
+			<-done
+			t.Fatalf("position %d 30 s after a backlog of 2300: its tail was not committed when the stream paused", at)
+		}
+	}
+	produceOrders(p, o, 2300, 2350)
+	select {
+	case v := <-committed:
+		t.Fatalf("a trickle of 50 changes after the backlog's tail was committed (version %d) before max_latency", v)
+	case <-time.After(time.Second):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := position(); got != 2350 {
+		t.Fatalf("position after shutdown = %d, want 2350", got)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
 // TestEngineBatchGrowsWhileACommitRuns: a batch that is due while the
 // table's previous batch is still committing keeps reading, up to
 // flush.backlog_factor times max_records, and is flushed when that commit
