@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -205,6 +206,18 @@ func (f *Faulty) WriteIfAbsent(ctx context.Context, p string, data []byte) error
 // Write implements Storage.
 func (f *Faulty) Write(ctx context.Context, p string, data []byte) error {
 	return f.do(OpWrite, p, func() error { return f.inner.Write(ctx, p, data) })
+}
+
+// WriteFrom implements StreamWriter as one write-if-absent or write
+// operation, streamed into the inner storage when it streams.
+func (f *Faulty) WriteFrom(ctx context.Context, p string, ifAbsent bool, fill func(io.Writer) error) (int64, error) {
+	kind := OpWrite
+	if ifAbsent {
+		kind = OpWriteIfAbsent
+	}
+	var n int64
+	err := f.do(kind, p, func() (err error) { n, err = WriteFrom(ctx, f.inner, p, ifAbsent, fill); return err })
+	return n, err
 }
 
 // Delete implements Storage.

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -196,32 +197,69 @@ func (l *Local) Read(ctx context.Context, p string) ([]byte, error) {
 
 // writeTemp writes data to a fresh temporary file next to full and fsyncs it.
 func writeTemp(full string, data []byte) (string, error) {
+	tmp, _, err := writeTempWith(full, func(f io.Writer) error {
+		_, err := f.Write(data)
+		return err
+	})
+	return tmp, err
+}
+
+// writeTempFrom writes what fill writes to a fresh temporary file next to
+// full, through a buffer, and fsyncs it. It returns the file and the
+// bytes written; on error no temporary file is left.
+func writeTempFrom(full string, fill func(io.Writer) error) (string, int64, error) {
+	return writeTempWith(full, func(f io.Writer) error {
+		bw := bufio.NewWriterSize(f, streamBuffer)
+		if err := fill(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+}
+
+// writeTempWith creates a fresh temporary file next to full, lets write
+// fill it, and fsyncs it; on error it removes it.
+func writeTempWith(full string, write func(io.Writer) error) (string, int64, error) {
 	dir := filepath.Dir(full)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(dir, TempPrefix+hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	cw := &countingWriter{w: f}
+	err = write(cw)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		os.Remove(tmp)
-		return "", err
+		return "", 0, err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return tmp, nil
+	return tmp, cw.n, nil
+}
+
+// streamBuffer is the buffer between a streamed write's producer and its
+// file: large enough that the producer's small writes do not each cost a
+// system call.
+const streamBuffer = 1 << 20
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func syncDir(dir string) error {
@@ -276,6 +314,36 @@ func (l *Local) Write(ctx context.Context, p string, data []byte) error {
 		return fmt.Errorf("sync dir of %s: %w", full, err)
 	}
 	return nil
+}
+
+// WriteFrom implements StreamWriter: fill writes to a temporary file,
+// which is then linked (ifAbsent) or renamed into place, as WriteIfAbsent
+// and Write do with their bytes.
+func (l *Local) WriteFrom(ctx context.Context, p string, ifAbsent bool, fill func(io.Writer) error) (int64, error) {
+	full, err := l.full(p)
+	if err != nil {
+		return 0, err
+	}
+	tmp, n, err := writeTempFrom(full, fill)
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", full, err)
+	}
+	if ifAbsent {
+		defer os.Remove(tmp)
+		if err := os.Link(tmp, full); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return n, fmt.Errorf("write %s: %w", full, ErrExist)
+			}
+			return 0, fmt.Errorf("write %s: %w", full, err)
+		}
+	} else if err := os.Rename(tmp, full); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("write %s: %w", full, err)
+	}
+	if err := syncDir(filepath.Dir(full)); err != nil {
+		return 0, fmt.Errorf("sync dir of %s: %w", full, err)
+	}
+	return n, nil
 }
 
 // Delete implements Storage.

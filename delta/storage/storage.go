@@ -98,3 +98,34 @@ func Open(ctx context.Context, st Storage, path string) (File, error) {
 type memFile struct{ *bytes.Reader }
 
 func (memFile) Close() error { return nil }
+
+// StreamWriter is implemented by storages that can write a file as it is
+// produced, so that the writer never holds the whole of it: a log
+// checkpoint holds every live file and unexpired remove of the table, and
+// grows with delta.deletedFileRetentionDuration.
+type StreamWriter interface {
+	// WriteFrom creates path with the bytes fill writes, as WriteIfAbsent
+	// (ifAbsent) or Write would: atomically, so that no reader sees part
+	// of the file, and nothing is left under path when fill fails. It
+	// returns the number of bytes fill wrote.
+	WriteFrom(ctx context.Context, path string, ifAbsent bool, fill func(io.Writer) error) (int64, error)
+}
+
+// WriteFrom creates path with the bytes fill writes: streamed through
+// the storage's StreamWriter when it has one, else gathered in memory and
+// written with WriteIfAbsent (ifAbsent) or Write. With ifAbsent, a path
+// that exists yields an error wrapping ErrExist after fill has run, and
+// the existing file is left as it was.
+func WriteFrom(ctx context.Context, st Storage, path string, ifAbsent bool, fill func(io.Writer) error) (int64, error) {
+	if sw, ok := st.(StreamWriter); ok {
+		return sw.WriteFrom(ctx, path, ifAbsent, fill)
+	}
+	var buf bytes.Buffer
+	if err := fill(&buf); err != nil {
+		return 0, err
+	}
+	if ifAbsent {
+		return int64(buf.Len()), st.WriteIfAbsent(ctx, path, buf.Bytes())
+	}
+	return int64(buf.Len()), st.Write(ctx, path, buf.Bytes())
+}

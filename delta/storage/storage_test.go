@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -240,5 +241,84 @@ func TestLocalFileMapped(t *testing.T) {
 	}
 	if err := e.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// streamless hides Local's StreamWriter, so that WriteFrom takes its
+// buffered path.
+type streamless struct{ Storage }
+
+// TestWriteFrom: a file written from a stream, by Local's StreamWriter
+// and by the buffered path of a storage without one, appears whole under
+// its name with the bytes fill wrote; if absent, an existing file is kept
+// and ErrExist returned; a failing fill leaves neither the file nor a
+// temporary one; otherwise an existing file is replaced.
+func TestWriteFrom(t *testing.T) {
+	ctx := context.Background()
+	chunks := func(n int) func(io.Writer) error {
+		return func(w io.Writer) error {
+			for i := range n {
+				if _, err := fmt.Fprintf(w, "chunk %d;", i); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	var sb strings.Builder
+	_ = chunks(20000)(&sb)
+	want := sb.String()
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		st   func(dir string) Storage
+	}{
+		{"local", func(dir string) Storage { return NewLocal(dir) }},
+		{"buffered", func(dir string) Storage { return streamless{NewLocal(dir)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st := tc.st(dir)
+			n, err := WriteFrom(ctx, st, "_delta_log/01.checkpoint.parquet", true, chunks(20000))
+			if err != nil || n != int64(len(want)) {
+				t.Fatalf("write = %d, %v; want %d bytes", n, err, len(want))
+			}
+			b, err := st.Read(ctx, "_delta_log/01.checkpoint.parquet")
+			if err != nil || string(b) != want {
+				t.Fatalf("read %d bytes, %v; want what fill wrote", len(b), err)
+			}
+			if _, err := WriteFrom(ctx, st, "_delta_log/01.checkpoint.parquet", true, chunks(3)); !errors.Is(err, ErrExist) {
+				t.Fatalf("second write if absent: want ErrExist, got %v", err)
+			}
+			if b, _ := st.Read(ctx, "_delta_log/01.checkpoint.parquet"); string(b) != want {
+				t.Fatal("a write if absent changed the existing file")
+			}
+			_, err = WriteFrom(ctx, st, "_delta_log/02.checkpoint.parquet", true, func(w io.Writer) error {
+				if err := chunks(5000)(w); err != nil {
+					return err
+				}
+				return boom
+			})
+			if !errors.Is(err, boom) {
+				t.Fatalf("failing fill: want its error, got %v", err)
+			}
+			if _, err := WriteFrom(ctx, st, "_delta_log/01.checkpoint.parquet", false, chunks(3)); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := st.Read(ctx, "_delta_log/01.checkpoint.parquet"); string(b) != "chunk 0;chunk 1;chunk 2;" {
+				t.Fatalf("write did not replace the file: %q", b)
+			}
+			ents, err := os.ReadDir(filepath.Join(dir, "_delta_log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) != 1 || ents[0].Name() != "01.checkpoint.parquet" {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Fatalf("files left: %v; want only 01.checkpoint.parquet (no failed file, no temporary one)", names)
+			}
+		})
 	}
 }
