@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -154,7 +157,7 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 	for _, c := range []struct {
 		n       int
 		spilled bool
-	}{{20_000, false}, {20_000, true}, {200_000, false}, {200_000, true}} {
+	}{{20_000, false}, {20_000, true}, {200_000, false}, {200_000, true}, {1_000_000, true}} {
 		n, spilled := c.n, c.spilled
 		b.Run(fmt.Sprintf("tombstones=%d/spilled=%v", n, spilled), func(b *testing.B) {
 			ctx := context.Background()
@@ -210,6 +213,14 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tombstone")
+			b.StopTimer()
+			_ = store.Delete(ctx, ckptClassicPath(snap.Version))
+			peak := peakHeapDuring(func() {
+				if _, _, err := writeCheckpointCutoff(ctx, store, snap, 0); err != nil {
+					b.Fatal(err)
+				}
+			})
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 		})
 	}
 }
@@ -284,6 +295,37 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 // liveHeapBytes is the heap still reachable after two full collections:
 // the second drops what sync.Pools kept through the first (the
 // checkpoint encoder's buffers), which no snapshot holds.
+// peakHeapDuring runs f with the collector at GOGC=5, so that the heap
+// in use stays close to the live heap, and returns the most heap in use
+// above what was live before f, sampled every 100 µs: about the most f
+// held at once.
+func peakHeapDuring(f func()) int64 {
+	defer debug.SetGCPercent(debug.SetGCPercent(5))
+	base := liveHeapBytes()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak int64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(100 * time.Microsecond)
+		defer t.Stop()
+		for {
+			metrics.Read(sample)
+			peak = max(peak, int64(sample[0].Value.Uint64()))
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-stopped
+	return max(peak-base, 0)
+}
+
 func liveHeapBytes() int64 {
 	runtime.GC()
 	runtime.GC()

@@ -92,10 +92,6 @@ func eachCheckpointRemove(ctx context.Context, store storage.Storage, version in
 	var sidecars []*Sidecar
 	more := true
 	visit := func(p string, top bool) error {
-		data, err := store.Read(ctx, p)
-		if err != nil {
-			return fmt.Errorf("read checkpoint file: %w", err)
-		}
 		var bad error
 		each := func(acts []Action) bool {
 			for _, a := range acts {
@@ -114,12 +110,26 @@ func eachCheckpointRemove(ctx context.Context, store storage.Storage, version in
 			return true
 		}
 		if strings.HasSuffix(p, ".json") {
+			data, err := store.Read(ctx, p)
+			if err != nil {
+				return fmt.Errorf("read checkpoint file: %w", err)
+			}
 			acts, err := ParseActions(data)
 			if err != nil {
 				return fmt.Errorf("read checkpoint file %s: %w", p, err)
 			}
 			each(acts)
-		} else if err := ckptEachRemoveRowGroup(data, each); err != nil {
+			return bad
+		}
+		// A Parquet file is read in parts where the storage can (mapped,
+		// for Local): only its remove and sidecar columns are read, and a
+		// week of removes need not be in memory at once.
+		f, err := storage.Open(ctx, store, p)
+		if err != nil {
+			return fmt.Errorf("read checkpoint file: %w", err)
+		}
+		defer f.Close()
+		if err := ckptEachRemoveRowGroup(f, f.Size(), each); err != nil {
 			return fmt.Errorf("read checkpoint file %s: %w", p, err)
 		}
 		return bad
@@ -224,7 +234,7 @@ func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) 
 			acts, err = nil, fmt.Errorf("decode parquet: corrupt file: %v", r)
 		}
 	}()
-	f, err := ckptOpenParquet(data)
+	f, err := ckptOpenParquet(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
@@ -271,11 +281,12 @@ func ckptSplitRows(rows []Action, hint int) []Action {
 // group's to fn until it returns false: a spilled snapshot's read-back
 // (Snapshot.spill), whose memory is then a row group's, not the file's
 // (this package writes checkpoints in groups of ckptRowGroup rows).
-func ckptEachRemoveRowGroup(data []byte, fn func([]Action) bool) error {
+func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action) bool) error {
 	var f *parquet.File
-	if err := ckptRecover(func() (err error) { f, err = ckptOpenParquet(data); return err }); err != nil {
+	if err := ckptRecover(func() (err error) { f, err = ckptOpenParquet(r, size); return err }); err != nil {
 		return err
 	}
+	dropper, _ := r.(storage.ResidentDropper)
 	for _, rg := range f.RowGroups() {
 		var acts []Action
 		err := ckptRecover(func() error {
@@ -288,6 +299,11 @@ func ckptEachRemoveRowGroup(data []byte, fn func([]Action) bool) error {
 		})
 		if err != nil {
 			return err
+		}
+		if dropper != nil {
+			// A mapped file's pages read so far leave the process's RSS:
+			// the read is one pass, a row group at a time.
+			dropper.DropResident()
 		}
 		// fn runs outside the recovery: a panic of the caller's is not a
 		// corrupt file.
@@ -311,13 +327,20 @@ func ckptRecover(decode func() error) (err error) {
 
 // ckptOpenParquet opens a Parquet checkpoint file after the checks that
 // keep a corrupt one from sizing allocations or hanging the decoder.
-func ckptOpenParquet(data []byte) (*parquet.File, error) {
+func ckptOpenParquet(r io.ReaderAt, size int64) (*parquet.File, error) {
 	// parquet-go allocates the footer length the file claims before
 	// checking it against the file's size.
-	if len(data) < 12 || int64(binary.LittleEndian.Uint32(data[len(data)-8:])) > int64(len(data)-12) {
+	var tail [8]byte
+	if size < 12 {
 		return nil, fmt.Errorf("open parquet: not a parquet file or footer length out of range")
 	}
-	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)),
+	if _, err := r.ReadAt(tail[:], size-8); err != nil {
+		return nil, fmt.Errorf("open parquet: read footer: %w", err)
+	}
+	if int64(binary.LittleEndian.Uint32(tail[:4])) > size-12 {
+		return nil, fmt.Errorf("open parquet: not a parquet file or footer length out of range")
+	}
+	f, err := parquet.OpenFile(r, size,
 		parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, fmt.Errorf("open parquet: %w", err)
@@ -325,14 +348,14 @@ func ckptOpenParquet(data []byte) (*parquet.File, error) {
 	// Every checkpoint row holds one action with a unique string (a path or
 	// an appId), so no real file has more rows than a few per byte; a
 	// footer claiming more is corrupt and must not size our allocations.
-	if n := f.NumRows(); n < 0 || n > 8*int64(len(data)) {
-		return nil, fmt.Errorf("open parquet: footer claims %d rows in %d bytes", n, len(data))
+	if n := f.NumRows(); n < 0 || n > 8*size {
+		return nil, fmt.Errorf("open parquet: footer claims %d rows in %d bytes", n, size)
 	}
 	for _, rg := range f.Metadata().RowGroups {
 		// The same for each row group: the removes-only read sizes its
 		// rows by the group's count.
-		if rg.NumRows < 0 || rg.NumRows > 8*int64(len(data)) {
-			return nil, fmt.Errorf("open parquet: footer claims a row group of %d rows in %d bytes", rg.NumRows, len(data))
+		if rg.NumRows < 0 || rg.NumRows > 8*size {
+			return nil, fmt.Errorf("open parquet: footer claims a row group of %d rows in %d bytes", rg.NumRows, size)
 		}
 		for _, cc := range rg.Columns {
 			// parquet-go's LZ4_RAW decoder grows its buffer without bound

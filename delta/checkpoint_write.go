@@ -1,10 +1,10 @@
 package delta
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -73,17 +73,22 @@ func tombstoneCutoff(snap *Snapshot, now time.Time) (int64, error) {
 // checkpoint's file and the number of removes it holds, for the writer's
 // later snapshots to spill to (Snapshot.rebased).
 func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff int64) (path string, removes int, err error) {
-	cw := newCkptWriter()
-	nAdd, nRemove, err := checkpointRows(ctx, snap, cutoff, cw.add)
-	if err != nil {
-		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
-	}
-	data, err := cw.finish()
-	if err != nil {
-		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
-	}
+	// The file is encoded straight into storage, a row group at a time
+	// (storage.WriteFrom): a checkpoint holds every unexpired remove, so
+	// at a week's retention it can be far larger than anything else the
+	// writer holds.
+	var nAdd, nRemove, rows int
 	p := ckptClassicPath(snap.Version)
-	if err := store.WriteIfAbsent(ctx, p, data); err != nil && !errors.Is(err, storage.ErrExist) {
+	size, err := storage.WriteFrom(ctx, store, p, true, func(w io.Writer) error {
+		cw := newCkptWriter(w)
+		var err error
+		if nAdd, nRemove, err = checkpointRows(ctx, snap, cutoff, cw.add); err != nil {
+			return err
+		}
+		rows = cw.rows
+		return cw.finish()
+	})
+	if err != nil && !errors.Is(err, storage.ErrExist) {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
 	// The hint must never move back: a slow writer finishing the checkpoint
@@ -95,8 +100,8 @@ func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Sna
 	if cur != nil && cur.Version > snap.Version {
 		return p, nRemove, nil
 	}
-	size, adds := int64(len(data)), int64(nAdd)
-	lc := &LastCheckpoint{Version: snap.Version, Size: int64(cw.rows), SizeInBytes: &size, NumOfAddFiles: &adds}
+	adds := int64(nAdd)
+	lc := &LastCheckpoint{Version: snap.Version, Size: int64(rows), SizeInBytes: &size, NumOfAddFiles: &adds}
 	if err := writeLastCheckpoint(ctx, store, lc); err != nil {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
 	}
@@ -232,7 +237,8 @@ var ckptRowGroup = 65536
 
 // ckptWriter encodes a Snappy-compressed (Spark's default codec, readable
 // everywhere) Parquet checkpoint, one row per action, one action at a
-// time into memory, in row groups of ckptRowGroup rows.
+// time, in row groups of ckptRowGroup rows, each written to its writer
+// once complete.
 //
 // Values are built with their levels set by hand rather than through
 // parquet-go's reflection writer, which allocates per map, pointer and
@@ -240,7 +246,6 @@ var ckptRowGroup = 65536
 // here, in a process that keeps running pipelines while it checkpoints.
 // TestEncodeCheckpointMatchesReflection keeps the two writers' output equal.
 type ckptWriter struct {
-	buf     bytes.Buffer
 	w       *parquet.Writer
 	e       ckptEncoder
 	ncol    int
@@ -249,10 +254,10 @@ type ckptWriter struct {
 	grouped int // rows in the current row group
 }
 
-func newCkptWriter() *ckptWriter {
+func newCkptWriter(w io.Writer) *ckptWriter {
 	ncol := len(ckptSchema.Columns())
 	cw := &ckptWriter{ncol: ncol, e: ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}}
-	cw.w = parquet.NewWriter(&cw.buf, ckptSchema, parquet.Compression(&parquet.Snappy))
+	cw.w = parquet.NewWriter(w, ckptSchema, parquet.Compression(&parquet.Snappy))
 	return cw
 }
 
@@ -294,15 +299,15 @@ func (cw *ckptWriter) flushBatch() error {
 	return nil
 }
 
-// finish closes the file and returns its bytes.
-func (cw *ckptWriter) finish() ([]byte, error) {
+// finish writes the last row group and the footer.
+func (cw *ckptWriter) finish() error {
 	if err := cw.flushBatch(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cw.w.Close(); err != nil {
-		return nil, fmt.Errorf("encode checkpoint: %w", err)
+		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	return cw.buf.Bytes(), nil
+	return nil
 }
 
 // ckptEncoder encodes checkpoint rows into per-column value batches. Its

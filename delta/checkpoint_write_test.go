@@ -963,11 +963,66 @@ func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (
 
 // encodeCheckpoint encodes actions as a checkpoint file (ckptWriter).
 func encodeCheckpoint(acts []Action) ([]byte, error) {
-	w := newCkptWriter()
+	var buf bytes.Buffer
+	w := newCkptWriter(&buf)
 	for i := range acts {
 		if err := w.add(&acts[i]); err != nil {
 			return nil, err
 		}
 	}
-	return w.finish()
+	if err := w.finish(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// countingSink counts the bytes written to it.
+type countingSink struct{ n int }
+
+func (c *countingSink) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// TestCkptWriterStreamsRowGroups: the checkpoint writer hands each row
+// group to its writer once the group is complete (through parquet-go's
+// 32 KiB write buffer), so that writing a checkpoint to storage
+// (storage.WriteFrom) never holds the whole file, whose removes grow with
+// the table's retention; and the streamed bytes are a checkpoint that
+// reads back whole.
+func TestCkptWriterStreamsRowGroups(t *testing.T) {
+	defer func(n int) { ckptRowGroup = n }(ckptRowGroup)
+	ckptRowGroup = 5000
+	var buf bytes.Buffer
+	sink := &countingSink{}
+	cw := newCkptWriter(io.MultiWriter(&buf, sink))
+	ts := int64(1_700_000_000_000)
+	const n = 50_000
+	path := func(i int) string {
+		return fmt.Sprintf("part-%05d-%08x-4e5f-6789-abcd-ef0123456789.parquet", i, i*2654435761)
+	}
+	var atGroup []int // bytes the writer had been handed at each row group's end
+	for i := range n {
+		r := &Remove{Path: path(i), DeletionTimestamp: &ts, DataChange: true}
+		if err := cw.add(&Action{Remove: r}); err != nil {
+			t.Fatal(err)
+		}
+		if (i+1)%ckptRowGroup == 0 {
+			atGroup = append(atGroup, sink.n)
+		}
+	}
+	if err := cw.finish(); err != nil {
+		t.Fatal(err)
+	}
+	total := sink.n
+	if half := atGroup[len(atGroup)/2-1]; half < total/4 {
+		t.Fatalf("half the rows added, the writer had %d of the file's %d bytes: the row groups were held back (by group: %v)", half, total, atGroup)
+	}
+	if last := atGroup[len(atGroup)-2]; last < total/2 {
+		t.Fatalf("all but the last row group added, the writer had %d of the file's %d bytes (by group: %v)", last, total, atGroup)
+	}
+	acts, err := ckptDecodeParquet(buf.Bytes(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != n || acts[0].Remove == nil || acts[n-1].Remove == nil || acts[n-1].Remove.Path != path(n-1) {
+		t.Fatalf("read back %d actions; want the %d removes in order", len(acts), n)
+	}
 }

@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -326,7 +327,7 @@ func ckptRowGroups(t *testing.T, store storage.Storage, version int64) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ckptOpenParquet(data)
+	f, err := ckptOpenParquet(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
