@@ -221,6 +221,19 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+			if spilled {
+				// A restart's load of the table from that checkpoint.
+				peak = peakHeapDuring(func() {
+					s, err := Open(store).Snapshot(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if s.CheckpointVersion() != snap.Version || s.NumTombstones() != n {
+						b.Fatalf("loaded from checkpoint %d with %d tombstones; want %d and %d", s.CheckpointVersion(), s.NumTombstones(), snap.Version, n)
+					}
+				})
+				b.ReportMetric(float64(peak)/(1<<20), "load-peak-heap-MiB")
+			}
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package delta
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,19 +23,29 @@ import (
 //
 // paths are storage paths of the checkpoint's files, all of version.
 func readCheckpoint(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
+	acts, _, err := readCheckpointActions(ctx, store, version, paths, false)
+	return acts, err
+}
+
+// readCheckpointActions is readCheckpoint; with skipRemoves the remove
+// actions are counted (removes) instead of returned. A table's load
+// leaves a checkpoint's removes in it (Snapshot.spill), and at a long
+// delta.deletedFileRetentionDuration they are most of its rows: decoded,
+// a week of a busy merge-on-read table's would not fit in memory.
+func readCheckpointActions(ctx context.Context, store storage.Storage, version int64, paths []string, skipRemoves bool) (out []Action, removes int, err error) {
 	if err := ckptCheckFiles(version, paths); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var out []Action
 	// rebuilt collects the adds whose stats came from stats_parsed: their
 	// timestamps are formatted after the table schema is known.
 	var rebuilt []*Add
 	for _, p := range paths {
-		acts, err := ckptReadFile(ctx, store, p, &rebuilt)
+		acts, n, err := ckptReadFile(ctx, store, p, &rebuilt, skipRemoves)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		out = append(out, acts...)
+		removes += n
 	}
 	// Resolve sidecars. Any checkpoint file may carry them: the protocol
 	// lets a V2-style checkpoint use the classic name too.
@@ -53,32 +62,33 @@ func readCheckpoint(ctx context.Context, store storage.Storage, version int64, p
 	for _, sc := range sidecars {
 		sp, err := ckptSidecarPath(sc.Path)
 		if err != nil {
-			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
+			return nil, 0, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
-		acts, err := ckptReadFile(ctx, store, sp, &rebuilt)
+		acts, n, err := ckptReadFile(ctx, store, sp, &rebuilt, skipRemoves)
 		if err != nil {
-			return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
+			return nil, 0, fmt.Errorf("read checkpoint %d: %w", version, err)
 		}
 		for _, a := range acts {
 			// The protocol allows only file actions in sidecars; anything
 			// else would be a second, conflicting copy of table state.
 			if a.Add == nil && a.Remove == nil {
-				return nil, fmt.Errorf("read checkpoint %d: sidecar %s holds a non-file action", version, sp)
+				return nil, 0, fmt.Errorf("read checkpoint %d: sidecar %s holds a non-file action", version, sp)
 			}
 		}
 		out = append(out, acts...)
+		removes += n
 	}
 	if len(rebuilt) > 0 {
 		for _, a := range out {
 			if a.Metadata != nil {
 				if err := statsFixTimestamps(rebuilt, a.Metadata); err != nil {
-					return nil, fmt.Errorf("read checkpoint %d: %w", version, err)
+					return nil, 0, fmt.Errorf("read checkpoint %d: %w", version, err)
 				}
 				break
 			}
 		}
 	}
-	return out, nil
+	return out, removes, nil
 }
 
 // eachCheckpointRemove calls fn for each remove action a checkpoint holds
@@ -192,29 +202,49 @@ func ckptCheckFiles(version int64, paths []string) error {
 }
 
 // ckptReadFile reads one checkpoint or sidecar file, JSON or Parquet by its
-// extension. Adds whose stats were rebuilt from stats_parsed are appended
-// to rebuilt when it is not nil.
-func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add) ([]Action, error) {
-	data, err := store.Read(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint file: %w", err)
-	}
+// extension; with skipRemoves its removes are counted, not returned. Adds
+// whose stats were rebuilt from stats_parsed are appended to rebuilt when
+// it is not nil.
+func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt *[]*Add, skipRemoves bool) ([]Action, int, error) {
 	if strings.HasSuffix(p, ".json") {
+		data, err := store.Read(ctx, p)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read checkpoint file: %w", err)
+		}
 		acts, err := ParseActions(data)
 		if err != nil {
-			return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
+			return nil, 0, fmt.Errorf("read checkpoint file %s: %w", p, err)
 		}
-		return acts, nil
+		if !skipRemoves {
+			return acts, 0, nil
+		}
+		kept, removes := acts[:0], 0
+		for _, a := range acts {
+			if a.Remove != nil {
+				removes++
+				continue
+			}
+			kept = append(kept, a)
+		}
+		return kept, removes, nil
 	}
-	acts, err := ckptDecodeParquet(data, rebuilt)
+	// Read in parts where the storage can (mapped, for Local): a
+	// checkpoint can be large, and only some of its columns are read.
+	f, err := storage.Open(ctx, store, p)
 	if err != nil {
-		return nil, fmt.Errorf("read checkpoint file %s: %w", p, err)
+		return nil, 0, fmt.Errorf("read checkpoint file: %w", err)
 	}
-	return acts, nil
+	defer f.Close()
+	acts, removes, err := ckptDecodeParquet(f, f.Size(), rebuilt, skipRemoves)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read checkpoint file %s: %w", p, err)
+	}
+	return acts, removes, nil
 }
 
 // ckptDecodeParquet decodes a Parquet checkpoint (or sidecar) file into
-// actions, in row order.
+// actions, in row order, a row group at a time; with skipRemoves its
+// removes are counted (removes), not decoded.
 //
 // It reads column by column rather than through parquet-go's reflection
 // row reader: a checkpoint of a large table has 100k+ rows and a schema
@@ -225,36 +255,48 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt 
 //
 // Adds whose stats were rebuilt from stats_parsed are appended to rebuilt
 // when it is not nil.
-func ckptDecodeParquet(data []byte, rebuilt *[]*Add) (acts []Action, err error) {
+func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves bool) (acts []Action, removes int, err error) {
 	// parquet-go panics on some corrupt inputs. A checkpoint is input we
 	// did not write; a bad one must be an error replay can fall back from,
 	// not a crash of the process.
 	defer func() {
 		if r := recover(); r != nil {
-			acts, err = nil, fmt.Errorf("decode parquet: corrupt file: %v", r)
+			acts, removes, err = nil, 0, fmt.Errorf("decode parquet: corrupt file: %v", r)
 		}
 	}()
-	f, err := ckptOpenParquet(bytes.NewReader(data), int64(len(data)))
+	f, err := ckptOpenParquet(r, size)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	d := newCkptDecoder(f.Root(), nil, int(f.NumRows()))
-	rows := make([]Action, d.nrows)
-	d.decodeTxn(rows)
-	d.decodeAdd(rows)
-	d.decodeRemove(rows)
-	d.decodeMetadata(rows)
-	d.decodeProtocol(rows)
-	d.decodeDomain(rows)
-	d.decodeCheckpointMetadata(rows)
-	d.decodeSidecar(rows)
-	if d.err != nil {
-		return nil, d.err
+	dropper, _ := r.(storage.ResidentDropper)
+	for _, rg := range f.RowGroups() {
+		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
+		rows := make([]Action, d.nrows)
+		d.decodeTxn(rows)
+		d.decodeAdd(rows)
+		if skipRemoves {
+			_, n := d.present(d.root.Column("remove"), nil)
+			removes += n
+		} else {
+			d.decodeRemove(rows)
+		}
+		d.decodeMetadata(rows)
+		d.decodeProtocol(rows)
+		d.decodeDomain(rows)
+		d.decodeCheckpointMetadata(rows)
+		d.decodeSidecar(rows)
+		if d.err != nil {
+			return nil, 0, d.err
+		}
+		if rebuilt != nil {
+			*rebuilt = append(*rebuilt, d.rebuilt...)
+		}
+		acts = append(acts, ckptSplitRows(rows, 0)...)
+		if dropper != nil {
+			dropper.DropResident() // one pass: the group's pages are done
+		}
 	}
-	if rebuilt != nil {
-		*rebuilt = append(*rebuilt, d.rebuilt...)
-	}
-	return ckptSplitRows(rows, d.nrows), nil
+	return acts, removes, nil
 }
 
 // ckptSplitRows returns the actions of decoded rows in row order. A row

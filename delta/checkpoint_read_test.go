@@ -526,7 +526,10 @@ func FuzzCheckpointDecode(f *testing.F) {
 			}
 			return true
 		})
-		acts, err := ckptDecodeParquet(data, nil)
+		acts, err := decodeCkptBytes(data)
+		// The load's read, which counts the removes instead of decoding
+		// them, must agree with the full one on everything else.
+		lean, removes, lerr := ckptDecodeParquet(bytes.NewReader(data), int64(len(data)), nil, true)
 		if err != nil {
 			return
 		}
@@ -534,6 +537,21 @@ func FuzzCheckpointDecode(f *testing.F) {
 			if a == (Action{}) {
 				t.Fatal("empty action decoded")
 			}
+		}
+		if lerr != nil {
+			t.Fatalf("the full read succeeded, the read without removes failed: %v", lerr)
+		}
+		var want []Action
+		wantRemoves := 0
+		for _, a := range acts {
+			if a.Remove != nil {
+				wantRemoves++
+				continue
+			}
+			want = append(want, a)
+		}
+		if removes != wantRemoves || !reflect.DeepEqual(lean, want) {
+			t.Fatalf("read without removes: %d actions and %d removes; the full read has %d others and %d removes", len(lean), removes, len(want), wantRemoves)
 		}
 	})
 }
@@ -580,7 +598,7 @@ func TestDecodeCheckpointManyRowGroupsAndPages(t *testing.T) {
 	if len(f.RowGroups()) < 5 {
 		t.Fatalf("only %d row groups", len(f.RowGroups()))
 	}
-	got, err := ckptDecodeParquet(buf.Bytes(), nil)
+	got, err := decodeCkptBytes(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,4 +679,11 @@ func FuzzCkptParseName(f *testing.F) {
 			t.Fatalf("%q parsed to %+v, which formats to %q", s, n, back)
 		}
 	})
+}
+
+// decodeCkptBytes decodes a whole Parquet checkpoint file held in memory,
+// removes included.
+func decodeCkptBytes(data []byte) ([]Action, error) {
+	acts, _, err := ckptDecodeParquet(bytes.NewReader(data), int64(len(data)), nil, false)
+	return acts, err
 }

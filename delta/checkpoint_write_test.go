@@ -660,11 +660,11 @@ func TestEncodeCheckpointMatchesReflection(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ckptDecodeParquet(ours, nil)
+	got, err := decodeCkptBytes(ours)
 	if err != nil {
 		t.Fatalf("decode ours: %v", err)
 	}
-	want, err := ckptDecodeParquet(ref.Bytes(), nil)
+	want, err := decodeCkptBytes(ref.Bytes())
 	if err != nil {
 		t.Fatalf("decode reference: %v", err)
 	}
@@ -1018,7 +1018,7 @@ func TestCkptWriterStreamsRowGroups(t *testing.T) {
 	if last := atGroup[len(atGroup)-2]; last < total/2 {
 		t.Fatalf("all but the last row group added, the writer had %d of the file's %d bytes (by group: %v)", last, total, atGroup)
 	}
-	acts, err := ckptDecodeParquet(buf.Bytes(), nil)
+	acts, err := decodeCkptBytes(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}

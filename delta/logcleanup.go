@@ -214,7 +214,7 @@ func cleanupSidecars(ctx context.Context, store storage.Storage, l *cleanupListi
 		if f.ckpt == nil || f.version < cutCkpt || f.ckpt.parts != 0 {
 			continue
 		}
-		acts, err := ckptReadFile(ctx, store, f.info.Path, nil)
+		acts, _, err := ckptReadFile(ctx, store, f.info.Path, nil, true)
 		if err != nil {
 			return err
 		}

@@ -249,7 +249,9 @@ func (t *Table) loadFrom(ctx context.Context, l *logListing, target int64) (*Sna
 		if err := l.needCommits(t, c.version+1, target); err != nil {
 			return nil, err
 		}
-		actions, err := readCheckpoint(ctx, t.store, c.version, c.paths)
+		// The checkpoint's removes stay in it (Snapshot.spill): they are
+		// counted, not decoded, and only the commits' after it are held.
+		actions, removes, err := readCheckpointActions(ctx, t.store, c.version, c.paths, true)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("load table %s: %w", t.Location(), ctx.Err())
@@ -263,10 +265,7 @@ func (t *Table) loadFrom(ctx context.Context, l *logListing, target int64) (*Sna
 		// Nearly all checkpoint actions are adds: size for them up front.
 		st.files = make(map[FileKey]*Add, len(actions))
 		st.applyAll(actions)
-		// The checkpoint's removes stay in it (Snapshot.spill): only the
-		// commits' after it are held in memory.
-		st.spill = &spilledTombstones{store: t.store, version: c.version, paths: c.paths, n: len(st.tombstones)}
-		st.tombstones = map[FileKey]*Remove{}
+		st.spill = &spilledTombstones{store: t.store, version: c.version, paths: c.paths, n: removes}
 		return t.replayCommits(ctx, l, st, &c, target)
 	}
 	if err := l.needCommits(t, 0, target); err != nil {
