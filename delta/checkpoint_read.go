@@ -15,23 +15,17 @@ import (
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
-// readCheckpoint returns every action stored in a checkpoint: one classic
+// readCheckpointActions reads a checkpoint's actions: a single classic
 // file, all parts of a multi-part one, or a V2 top-level file (json or
-// parquet) plus its sidecars (_delta_log/_sidecars/...). Sidecar actions are
-// replaced by the actions of the files they name; the checkpointMetadata
-// action of a V2 checkpoint is returned as is.
-//
-// paths are storage paths of the checkpoint's files, all of version.
-func readCheckpoint(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
-	acts, _, err := readCheckpointActions(ctx, store, version, paths, false)
-	return acts, err
-}
-
-// readCheckpointActions is readCheckpoint; with skipRemoves the remove
-// actions are counted (removes) instead of returned. A table's load
-// leaves a checkpoint's removes in it (Snapshot.spill), and at a long
-// delta.deletedFileRetentionDuration they are most of its rows: decoded,
-// a week of a busy merge-on-read table's would not fit in memory.
+// parquet) plus its sidecars (_delta_log/_sidecars/...). Sidecar actions
+// are replaced by the actions of the files they name; the
+// checkpointMetadata action of a V2 checkpoint is returned as is. paths
+// are storage paths of the checkpoint's files, all of version. With
+// skipRemoves the remove actions are counted (removes) instead of
+// returned: a table's load leaves a checkpoint's removes in it
+// (Snapshot.spill), and at a long delta.deletedFileRetentionDuration they
+// are most of its rows; decoded, a week of a busy merge-on-read table's
+// would not fit in memory.
 func readCheckpointActions(ctx context.Context, store storage.Storage, version int64, paths []string, skipRemoves bool) (out []Action, removes int, err error) {
 	if err := ckptCheckFiles(version, paths); err != nil {
 		return nil, 0, err

@@ -687,3 +687,10 @@ func decodeCkptBytes(data []byte) ([]Action, error) {
 	acts, _, err := ckptDecodeParquet(bytes.NewReader(data), int64(len(data)), nil, false)
 	return acts, err
 }
+
+// readCheckpoint is readCheckpointActions with the removes: every action
+// of the checkpoint.
+func readCheckpoint(ctx context.Context, store storage.Storage, version int64, paths []string) ([]Action, error) {
+	acts, _, err := readCheckpointActions(ctx, store, version, paths, false)
+	return acts, err
+}
