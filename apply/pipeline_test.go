@@ -230,118 +230,79 @@ func TestEngineResyncWhileShuttingDownDoesNotHalt(t *testing.T) {
 	}
 }
 
-// TestEngineFlushesABurstWhenTheStreamPauses: a backlog of 1200 changes,
-// a tenth of max_records or more, is committed as soon as the stream has
-// nothing more, not after max_latency (an hour here); a trickle of 50
-// changes afterwards waits for max_latency (or, here, shutdown).
-func TestEngineFlushesABurstWhenTheStreamPauses(t *testing.T) {
-	c, p := kfakeOrders(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 10_000
-	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
-	o := ordersOracle{}
-	produceOrders(p, o, 0, 1200)
-	e, err := NewEngine(cfg, Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan int64, 10)
-	e.OnCommit = func(_ string, res *Result) { committed <- res.Version }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	select {
-	case <-committed:
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("the backlog was not committed when the stream paused")
-	}
-	position := func() int64 {
-		snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"})
-		return next
-	}
-	if got := position(); got != 1200 {
-		t.Fatalf("position after the idle flush = %d, want 1200", got)
-	}
-	produceOrders(p, o, 1200, 1250)
-	select {
-	case v := <-committed:
-		t.Fatalf("a batch of 50 changes was committed (version %d) before max_latency", v)
-	case <-time.After(time.Second):
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got := position(); got != 1250 {
-		t.Fatalf("position after shutdown = %d, want 1250", got)
-	}
-	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
-	}
-}
-
-// TestEngineFlushesABacklogsTailWhenTheStreamPauses: a backlog of 2300
-// changes with max_records 1000 is committed in full batches and its tail
-// of 300, under the idle flush's 1000 changes, as soon as the stream has
-// nothing more, not after max_latency (an hour here). A trickle of 50
-// after that tail waits again.
-func TestEngineFlushesABacklogsTailWhenTheStreamPauses(t *testing.T) {
-	c, p := kfakeOrders(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 1000
-	cfg.Tables[0].Flush.BacklogFactor = 1
-	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
-	o := ordersOracle{}
-	produceOrders(p, o, 0, 2300)
-	e, err := NewEngine(cfg, Logger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan int64, 10)
-	e.OnCommit = func(_ string, res *Result) { committed <- res.Version }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	position := func() int64 {
-		snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"})
-		return next
-	}
-	deadline := time.After(30 * time.Second)
-	for at := int64(0); at < 2300; at = position() {
-		select {
-		case <-committed:
-		case <-deadline:
+// TestEngineFlushesWhenTheStreamPauses: a backlog is committed as soon as
+// the stream has nothing more, not after max_latency (an hour here):
+//   - burst: 1200 changes, a tenth of max_records or more;
+//   - backlog-tail: 2300 changes with max_records 1000, in full batches
+//     and a tail of 300, under the idle flush's 1000 changes, flushed
+//     because the batch before it was full.
+//
+// A trickle of 50 changes afterwards waits for max_latency (or, here,
+// shutdown).
+func TestEngineFlushesWhenTheStreamPauses(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		maxRecords, backlog int
+		backlogFactor       int
+	}{
+		{"burst", 10_000, 1200, 0},
+		{"backlog-tail", 1000, 2300, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, p := kfakeOrders(t)
+			dir := t.TempDir()
+			cfg := testConfig(t, c.ListenAddrs(), dir)
+			cfg.Tables[0].Flush.MaxRecords = tc.maxRecords
+			if tc.backlogFactor > 0 {
+				cfg.Tables[0].Flush.BacklogFactor = tc.backlogFactor
+			}
+			cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+			o := ordersOracle{}
+			produceOrders(p, o, 0, tc.backlog)
+			e, err := NewEngine(cfg, Logger(quietLogger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed := make(chan int64, 10)
+			e.OnCommit = func(_ string, res *Result) { committed <- res.Version }
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			position := func() int64 {
+				snap, err := delta.Open(storage.NewLocal(dir + "/orders")).Snapshot(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				next, _ := checkpoint.Restore(snap, "shop").Next(checkpoint.TopicPartition{Topic: "orders"})
+				return next
+			}
+			deadline := time.After(30 * time.Second)
+			for at := int64(0); at < int64(tc.backlog); at = position() {
+				select {
+				case <-committed:
+				case <-deadline:
+					cancel()
+					<-done
+					t.Fatalf("position %d 30 s after a backlog of %d: it was not all committed when the stream paused", at, tc.backlog)
+				}
+			}
+			produceOrders(p, o, tc.backlog, tc.backlog+50)
+			select {
+			case v := <-committed:
+				t.Fatalf("a trickle of 50 changes after the backlog was committed (version %d) before max_latency", v)
+			case <-time.After(time.Second):
+			}
 			cancel()
-			<-done
-			t.Fatalf("position %d 30 s after a backlog of 2300: its tail was not committed when the stream paused", at)
-		}
-	}
-	produceOrders(p, o, 2300, 2350)
-	select {
-	case v := <-committed:
-		t.Fatalf("a trickle of 50 changes after the backlog's tail was committed (version %d) before max_latency", v)
-	case <-time.After(time.Second):
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got := position(); got != 2350 {
-		t.Fatalf("position after shutdown = %d, want 2350", got)
-	}
-	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got, want := position(), int64(tc.backlog+50); got != want {
+				t.Fatalf("position after shutdown = %d, want %d", got, want)
+			}
+			if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+			}
+		})
 	}
 }
 
