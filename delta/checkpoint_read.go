@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
@@ -38,7 +39,11 @@ func readCheckpointActions(ctx context.Context, store storage.Storage, version i
 		if err != nil {
 			return nil, 0, err
 		}
-		out = append(out, acts...)
+		if out == nil {
+			out = acts // one file, the usual case: no copy
+		} else {
+			out = append(out, acts...)
+		}
 		removes += n
 	}
 	// Resolve sidecars. Any checkpoint file may carry them: the protocol
@@ -268,9 +273,11 @@ func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves b
 		rows := make([]Action, d.nrows)
 		d.decodeTxn(rows)
 		d.decodeAdd(rows)
+		actions := d.nrows // rows with an action (a row holds one; a split one is rare)
 		if skipRemoves {
 			_, n := d.present(d.root.Column("remove"), nil)
 			removes += n
+			actions -= n
 		} else {
 			d.decodeRemove(rows)
 		}
@@ -285,7 +292,7 @@ func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves b
 		if rebuilt != nil {
 			*rebuilt = append(*rebuilt, d.rebuilt...)
 		}
-		acts = append(acts, ckptSplitRows(rows, 0)...)
+		acts = ckptAppendRows(slices.Grow(acts, actions), rows)
 		if dropper != nil {
 			dropper.DropResident() // one pass: the group's pages are done
 		}
@@ -293,11 +300,10 @@ func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves b
 	return acts, removes, nil
 }
 
-// ckptSplitRows returns the actions of decoded rows in row order. A row
-// sets one action; a row that sets several is split so each returned
-// Action keeps the one-field invariant.
-func ckptSplitRows(rows []Action, hint int) []Action {
-	out := make([]Action, 0, hint)
+// ckptAppendRows appends the actions of decoded rows to out in row order.
+// A row sets one action; a row that sets several is split so each
+// returned Action keeps the one-field invariant.
+func ckptAppendRows(out []Action, rows []Action) []Action {
 	for _, r := range rows {
 		for _, a := range [...]Action{
 			{Txn: r.Txn}, {Add: r.Add}, {Remove: r.Remove}, {Metadata: r.Metadata},
@@ -330,7 +336,7 @@ func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action) bool) e
 			rows := make([]Action, d.nrows)
 			d.decodeRemove(rows)
 			d.decodeSidecar(rows)
-			acts = ckptSplitRows(rows, d.nrows)
+			acts = ckptAppendRows(make([]Action, 0, d.nrows), rows)
 			return d.err
 		})
 		if err != nil {
