@@ -181,7 +181,7 @@ type tableRun struct {
 	// burst is set when the table's last batch was flushed because it was
 	// full (max_records or max_bytes): the stream was ahead of the table,
 	// and what is buffered after it is a backlog's tail, flushed as soon
-	// as the stream pauses however small it is (see burstTail).
+	// as the stream pauses however small it is (see idleFlushes).
 	burst bool
 
 	// inflight is the batch being applied on its own goroutine while the
