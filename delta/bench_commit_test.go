@@ -305,9 +305,6 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 	}
 }
 
-// liveHeapBytes is the heap still reachable after two full collections:
-// the second drops what sync.Pools kept through the first (the
-// checkpoint encoder's buffers), which no snapshot holds.
 // peakHeapDuring runs f with the collector at GOGC=5, so that the heap
 // in use stays close to the live heap, and returns the most heap in use
 // above what was live before f, sampled every 100 µs: about the most f
@@ -339,6 +336,9 @@ func peakHeapDuring(f func()) int64 {
 	return max(peak-base, 0)
 }
 
+// liveHeapBytes is the heap still reachable after two full collections:
+// the second drops what sync.Pools kept through the first (the
+// checkpoint encoder's buffers), which no snapshot holds.
 func liveHeapBytes() int64 {
 	runtime.GC()
 	runtime.GC()

@@ -283,17 +283,7 @@ func (l *Local) WriteIfAbsent(ctx context.Context, p string, data []byte) error 
 	if err != nil {
 		return fmt.Errorf("write %s: %w", full, err)
 	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, full); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write %s: %w", full, ErrExist)
-		}
-		return fmt.Errorf("write %s: %w", full, err)
-	}
-	if err := syncDir(filepath.Dir(full)); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", full, err)
-	}
-	return nil
+	return place(tmp, full, true)
 }
 
 // Write implements Storage with temp-then-rename.
@@ -306,19 +296,12 @@ func (l *Local) Write(ctx context.Context, p string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", full, err)
 	}
-	if err := os.Rename(tmp, full); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", full, err)
-	}
-	if err := syncDir(filepath.Dir(full)); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", full, err)
-	}
-	return nil
+	return place(tmp, full, false)
 }
 
 // WriteFrom implements StreamWriter: fill writes to a temporary file,
-// which is then linked (ifAbsent) or renamed into place, as WriteIfAbsent
-// and Write do with their bytes.
+// which is then put in place as WriteIfAbsent (ifAbsent) or Write puts
+// theirs.
 func (l *Local) WriteFrom(ctx context.Context, p string, ifAbsent bool, fill func(io.Writer) error) (int64, error) {
 	full, err := l.full(p)
 	if err != nil {
@@ -328,22 +311,35 @@ func (l *Local) WriteFrom(ctx context.Context, p string, ifAbsent bool, fill fun
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", full, err)
 	}
+	if err := place(tmp, full, ifAbsent); err != nil {
+		if errors.Is(err, ErrExist) {
+			return n, err
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// place puts the temporary file tmp under full, by a hard link that fails
+// if full exists (ifAbsent; tmp is then removed) or by a rename, and
+// syncs the directory.
+func place(tmp, full string, ifAbsent bool) error {
 	if ifAbsent {
 		defer os.Remove(tmp)
 		if err := os.Link(tmp, full); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return n, fmt.Errorf("write %s: %w", full, ErrExist)
+				return fmt.Errorf("write %s: %w", full, ErrExist)
 			}
-			return 0, fmt.Errorf("write %s: %w", full, err)
+			return fmt.Errorf("write %s: %w", full, err)
 		}
 	} else if err := os.Rename(tmp, full); err != nil {
 		os.Remove(tmp)
-		return 0, fmt.Errorf("write %s: %w", full, err)
+		return fmt.Errorf("write %s: %w", full, err)
 	}
 	if err := syncDir(filepath.Dir(full)); err != nil {
-		return 0, fmt.Errorf("sync dir of %s: %w", full, err)
+		return fmt.Errorf("sync dir of %s: %w", full, err)
 	}
-	return n, nil
+	return nil
 }
 
 // Delete implements Storage.
