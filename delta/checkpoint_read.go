@@ -255,29 +255,12 @@ func ckptReadFile(ctx context.Context, store storage.Storage, p string, rebuilt 
 // Adds whose stats were rebuilt from stats_parsed are appended to rebuilt
 // when it is not nil.
 func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves bool) (acts []Action, removes int, err error) {
-	// parquet-go panics on some corrupt inputs. A checkpoint is input we
-	// did not write; a bad one must be an error replay can fall back from,
-	// not a crash of the process.
-	defer func() {
-		if r := recover(); r != nil {
-			acts, removes, err = nil, 0, fmt.Errorf("decode parquet: corrupt file: %v", r)
-		}
-	}()
-	f, err := ckptOpenParquet(r, size)
-	if err != nil {
-		return nil, 0, err
-	}
-	dropper, _ := r.(storage.ResidentDropper)
-	for _, rg := range f.RowGroups() {
-		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
-		rows := make([]Action, d.nrows)
+	groupRemoves := 0 // the current row group's, left out of its rows
+	err = ckptEachRowGroup(r, size, func(d *ckptDecoder, rows []Action) {
 		d.decodeTxn(rows)
 		d.decodeAdd(rows)
-		actions := d.nrows // rows with an action (a row holds one; a split one is rare)
 		if skipRemoves {
-			_, n := d.present(d.root.Column("remove"), nil)
-			removes += n
-			actions -= n
+			_, groupRemoves = d.present(d.root.Column("remove"), nil)
 		} else {
 			d.decodeRemove(rows)
 		}
@@ -286,16 +269,18 @@ func ckptDecodeParquet(r io.ReaderAt, size int64, rebuilt *[]*Add, skipRemoves b
 		d.decodeDomain(rows)
 		d.decodeCheckpointMetadata(rows)
 		d.decodeSidecar(rows)
-		if d.err != nil {
-			return nil, 0, d.err
-		}
+	}, func(d *ckptDecoder, rows []Action) bool {
 		if rebuilt != nil {
 			*rebuilt = append(*rebuilt, d.rebuilt...)
 		}
-		acts = ckptAppendRows(slices.Grow(acts, actions), rows)
-		if dropper != nil {
-			dropper.DropResident() // one pass: the group's pages are done
-		}
+		removes += groupRemoves
+		// Grown by the group's actions: a row holds one (a split one is
+		// rare), and the removes left out hold none.
+		acts = ckptAppendRows(slices.Grow(acts, len(rows)-groupRemoves), rows)
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	return acts, removes, nil
 }
@@ -324,32 +309,36 @@ func ckptAppendRows(out []Action, rows []Action) []Action {
 // (Snapshot.spill), whose memory is then a row group's, not the file's
 // (this package writes checkpoints in groups of ckptRowGroup rows).
 func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action) bool) error {
+	return ckptEachRowGroup(r, size, func(d *ckptDecoder, rows []Action) {
+		d.decodeRemove(rows)
+		d.decodeSidecar(rows)
+	}, func(_ *ckptDecoder, rows []Action) bool {
+		return fn(ckptAppendRows(make([]Action, 0, len(rows)), rows))
+	})
+}
+
+// ckptEachRowGroup opens a Parquet checkpoint file and reads it a row
+// group at a time: decode fills a fresh group's rows, with parquet-go's
+// panics on a corrupt file turned into errors; the group's pages then
+// leave the process's RSS where the file is mapped (the read is one
+// pass); and use takes the rows, outside the recovery (a panic of the
+// caller's is not a corrupt file), until it returns false.
+func ckptEachRowGroup(r io.ReaderAt, size int64, decode func(*ckptDecoder, []Action), use func(*ckptDecoder, []Action) bool) error {
 	var f *parquet.File
 	if err := ckptRecover(func() (err error) { f, err = ckptOpenParquet(r, size); return err }); err != nil {
 		return err
 	}
 	dropper, _ := r.(storage.ResidentDropper)
 	for _, rg := range f.RowGroups() {
-		var acts []Action
-		err := ckptRecover(func() error {
-			d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
-			rows := make([]Action, d.nrows)
-			d.decodeRemove(rows)
-			d.decodeSidecar(rows)
-			acts = ckptAppendRows(make([]Action, 0, d.nrows), rows)
-			return d.err
-		})
-		if err != nil {
+		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
+		rows := make([]Action, d.nrows)
+		if err := ckptRecover(func() error { decode(d, rows); return d.err }); err != nil {
 			return err
 		}
 		if dropper != nil {
-			// A mapped file's pages read so far leave the process's RSS:
-			// the read is one pass, a row group at a time.
 			dropper.DropResident()
 		}
-		// fn runs outside the recovery: a panic of the caller's is not a
-		// corrupt file.
-		if !fn(acts) {
+		if !use(d, rows) {
 			return nil
 		}
 	}
