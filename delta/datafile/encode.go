@@ -1,9 +1,9 @@
 package datafile
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -183,7 +183,7 @@ func (*lz4Raw) Encode(dst, src []byte) ([]byte, error) {
 
 // encodeParquetTo writes rec (physical schema) to out as one Parquet file
 // with one row group per o.rowGroup rows.
-func encodeParquetTo(out *bytes.Buffer, rec arrow.RecordBatch, o writeOptions) error {
+func encodeParquetTo(out io.Writer, rec arrow.RecordBatch, o writeOptions) error {
 	defer rec.Release()
 	var codec compress.Codec
 	switch o.codec {
@@ -220,7 +220,7 @@ func encodeParquetTo(out *bytes.Buffer, rec arrow.RecordBatch, o writeOptions) e
 				codecs[i] = &pquncompressed.Codec{}
 			}
 		}
-		if err := encodeFlat(out, rec, root, codecs, o); err != nil {
+		if err := encodeFlat(&offsetWriter{w: out}, rec, root, codecs, o); err != nil {
 			return fmt.Errorf("encode parquet: %w", err)
 		}
 		return nil

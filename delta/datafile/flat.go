@@ -110,7 +110,7 @@ type flatChunk struct {
 // encodeFlat writes rec (physical schema) to out as one Parquet file with
 // one row group per o.rowGroup rows, its columns encoded on up to
 // GOMAXPROCS goroutines.
-func encodeFlat(out *bytes.Buffer, rec arrow.RecordBatch, root group, codecs []compress.Codec, o writeOptions) error {
+func encodeFlat(out *offsetWriter, rec arrow.RecordBatch, root group, codecs []compress.Codec, o writeOptions) error {
 	page := o.page
 	if page <= 0 {
 		page = pq.DefaultPageBufferSize
@@ -222,7 +222,7 @@ func encodeFlat(out *bytes.Buffer, rec arrow.RecordBatch, root group, codecs []c
 	binary.LittleEndian.PutUint32(tail[:4], uint32(out.Len()-footer))
 	copy(tail[4:], "PAR1")
 	out.Write(tail[:])
-	return nil
+	return out.err
 }
 
 // schemaElement describes a top-level column as parquet-go's writer does

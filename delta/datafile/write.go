@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"sync"
 	"time"
@@ -81,8 +82,9 @@ func RawFixedWidth(columns ...string) WriteOption {
 // in schema order, logical names and ArrowType types), as a new Parquet
 // file under a unique name and returns the add action for it, with
 // partitionValues (serialized, keyed by logical name), size, time and
-// stats. The file is written with WriteIfAbsent: data files are never
-// overwritten.
+// stats. The file is encoded straight into storage (storage.WriteFrom,
+// as WriteIfAbsent would write it): data files are never overwritten, and
+// the writer never holds a whole file.
 func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBatch, partitionValues map[string]*string, opts ...WriteOption) (*delta.Add, error) {
 	o := writeOptions{codec: Zstd, now: time.Now, rowGroup: 1 << 20}
 	for _, f := range opts {
@@ -92,15 +94,13 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	if err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
 	}
-	out := fileBuffers.Get().(*bytes.Buffer)
-	defer putFileBuffer(out)
-	out.Reset()
-	if err := encodeParquetTo(out, phys, o); err != nil {
-		return nil, fmt.Errorf("write data file: %w", err)
-	}
-	data := out.Bytes()
 	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", uuid.New(), o.codec)
-	if err := st.WriteIfAbsent(ctx, name, data); err != nil {
+	defer phys.Release()
+	size, err := storage.WriteFrom(ctx, st, name, true, func(w io.Writer) error {
+		phys.Retain() // encodeParquetTo releases it
+		return encodeParquetTo(w, phys, o)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("write data file: %w", err)
 	}
 	pv, err := l.partitionKeys(partitionValues)
@@ -110,34 +110,42 @@ func Write(ctx context.Context, st storage.Storage, l Layout, rec arrow.RecordBa
 	return &delta.Add{
 		Path:             delta.EncodePath(name),
 		PartitionValues:  pv,
-		Size:             int64(len(data)),
+		Size:             size,
 		ModificationTime: o.now().UnixMilli(),
 		DataChange:       true,
 		Stats:            l.ComputeStats(rec).JSON(),
 	}, nil
 }
 
-// fileBuffers holds the buffers whole files are encoded into, reused from
-// one Write to the next: a file is encoded whole before it is stored, and
-// a buffer grown by doubling for every file was 5% of all the bytes the
-// 1M-key bench's engine allocated. Storage does not keep the bytes it is
-// given (storage.Storage.WriteIfAbsent).
-var fileBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledFileBuffer is the largest buffer kept for reuse: a rare huge
-// file (a compaction) does not pin its size.
-const maxPooledFileBuffer = 64 << 20
-
-func putFileBuffer(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledFileBuffer {
-		fileBuffers.Put(b)
-	}
+// offsetWriter passes a file's bytes on, counting them (a page's or
+// index's offset is the count before it) and keeping the first error, so
+// that the encoder checks once, at the end.
+type offsetWriter struct {
+	w   io.Writer
+	n   int64
+	err error
 }
+
+func (o *offsetWriter) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	o.n += int64(n)
+	o.err = err
+	return n, err
+}
+
+func (o *offsetWriter) WriteString(s string) (int, error) { return o.Write([]byte(s)) }
+
+// Len is the bytes written so far: the offset of the next.
+func (o *offsetWriter) Len() int { return int(o.n) }
 
 // chunkSets hold, per column, the buffer of one column chunk's pages
 // (encodeFlat), each column's buffer in the same set slot from file to
-// file. Until session 27 the chunk buffers came from fileBuffers: every
-// buffer then served files and any column alike, so each of a file's
+// file. Until session 27 the chunk buffers came from the pool whole files
+// were encoded into (files are streamed into storage since session 29):
+// every buffer then served files and any column alike, so each of a file's
 // dozen chunk buffers ratcheted up to the largest file or chunk it had
 // ever held, and the pool's live bytes grew with every larger file for
 // as long as the engine ran (BenchmarkWritePooled). Now a set's buffers
@@ -157,11 +165,15 @@ func takeChunkSet(n int) *chunkSet {
 	return s
 }
 
+// maxPooledChunkBuffer is the largest chunk buffer kept for reuse: a rare
+// huge file (a compaction) does not pin its size.
+const maxPooledChunkBuffer = 64 << 20
+
 // putChunkSet returns s to the pool, without buffers over
-// maxPooledFileBuffer.
+// maxPooledChunkBuffer.
 func putChunkSet(s *chunkSet) {
 	for i, b := range s.bufs {
-		if b.Cap() > maxPooledFileBuffer {
+		if b.Cap() > maxPooledChunkBuffer {
 			s.bufs[i] = new(bytes.Buffer)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // TempPrefix starts the name of every temporary file Local writes before it
@@ -209,7 +210,12 @@ func writeTemp(full string, data []byte) (string, error) {
 // bytes written; on error no temporary file is left.
 func writeTempFrom(full string, fill func(io.Writer) error) (string, int64, error) {
 	return writeTempWith(full, func(f io.Writer) error {
-		bw := bufio.NewWriterSize(f, streamBuffer)
+		bw := streamBuffers.Get().(*bufio.Writer)
+		bw.Reset(f)
+		defer func() {
+			bw.Reset(nil) // the file is not kept alive by the pool
+			streamBuffers.Put(bw)
+		}()
 		if err := fill(bw); err != nil {
 			return err
 		}
@@ -250,6 +256,11 @@ func writeTempWith(full string, write func(io.Writer) error) (string, int64, err
 // file: large enough that the producer's small writes do not each cost a
 // system call.
 const streamBuffer = 1 << 20
+
+// streamBuffers keeps the streamed writes' buffers: the engine streams a
+// data file every batch, and a fresh megabyte each time is memory the
+// system must hand over and zero again.
+var streamBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, streamBuffer) }}
 
 type countingWriter struct {
 	w io.Writer

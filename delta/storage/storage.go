@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -120,12 +121,29 @@ func WriteFrom(ctx context.Context, st Storage, path string, ifAbsent bool, fill
 	if sw, ok := st.(StreamWriter); ok {
 		return sw.WriteFrom(ctx, path, ifAbsent, fill)
 	}
-	var buf bytes.Buffer
-	if err := fill(&buf); err != nil {
+	buf := gatherBuffers.Get().(*bytes.Buffer)
+	defer putGatherBuffer(buf)
+	buf.Reset()
+	if err := fill(buf); err != nil {
 		return 0, err
 	}
 	if ifAbsent {
 		return int64(buf.Len()), st.WriteIfAbsent(ctx, path, buf.Bytes())
 	}
 	return int64(buf.Len()), st.Write(ctx, path, buf.Bytes())
+}
+
+// gatherBuffers holds the buffers WriteFrom gathers a file in for a
+// storage without StreamWriter, reused from one file to the next (a
+// storage does not keep the bytes it is given).
+var gatherBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxGatherBuffer is the largest buffer kept for reuse: a rare huge file
+// (a compaction, a checkpoint) does not pin its size.
+const maxGatherBuffer = 64 << 20
+
+func putGatherBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxGatherBuffer {
+		gatherBuffers.Put(b)
+	}
 }
