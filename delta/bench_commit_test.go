@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"testing"
-	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/heapprobe"
 )
 
 // benchTable creates a table whose one data commit adds n files, with
@@ -215,7 +213,7 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tombstone")
 			b.StopTimer()
 			_ = store.Delete(ctx, ckptClassicPath(snap.Version))
-			peak := peakHeapDuring(func() {
+			peak := heapprobe.PeakDuring(func() {
 				if _, _, err := writeCheckpointCutoff(ctx, store, snap, 0); err != nil {
 					b.Fatal(err)
 				}
@@ -223,7 +221,7 @@ func BenchmarkCheckpointTombstones(b *testing.B) {
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 			if spilled {
 				// A restart's load of the table from that checkpoint.
-				peak = peakHeapDuring(func() {
+				peak = heapprobe.PeakDuring(func() {
 					s, err := Open(store).Snapshot(ctx)
 					if err != nil {
 						b.Fatal(err)
@@ -275,7 +273,7 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				snap := c.Snapshot
-				before := liveHeapBytes()
+				before := heapprobe.Live()
 				for v := range commits {
 					tx := tbl.Begin(snap)
 					for i, a := range live {
@@ -294,7 +292,7 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 					}
 					snap = c.Snapshot
 				}
-				after := liveHeapBytes()
+				after := heapprobe.Live()
 				if n := snap.NumTombstones(); n != files*commits {
 					b.Fatalf("%d tombstones, want %d", n, files*commits)
 				}
@@ -303,46 +301,4 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 			}
 		})
 	}
-}
-
-// peakHeapDuring runs f with the collector at GOGC=5, so that the heap
-// in use stays close to the live heap, and returns the most heap in use
-// above what was live before f, sampled every 100 µs: about the most f
-// held at once.
-func peakHeapDuring(f func()) int64 {
-	defer debug.SetGCPercent(debug.SetGCPercent(5))
-	base := liveHeapBytes()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	var peak int64
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(100 * time.Microsecond)
-		defer t.Stop()
-		for {
-			metrics.Read(sample)
-			peak = max(peak, int64(sample[0].Value.Uint64()))
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	f()
-	close(done)
-	<-stopped
-	return max(peak-base, 0)
-}
-
-// liveHeapBytes is the heap still reachable after two full collections:
-// the second drops what sync.Pools kept through the first (the
-// checkpoint encoder's buffers), which no snapshot holds.
-func liveHeapBytes() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }

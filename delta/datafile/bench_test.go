@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/heapprobe"
 )
 
 // benchRows is the size of one benchmark batch: a typical micro-batch.
@@ -102,27 +105,43 @@ func (discard) WriteIfAbsent(context.Context, string, []byte) error { return nil
 // BenchmarkWrite measures Write (Parquet encoding with parquet-go, plus
 // stats) in rows per second, with each codec in parquet-go's default 256
 // KiB pages, and as merge-on-read files are written: LZ4_RAW in 32 KiB
-// pages, byte arrays PLAIN.
+// pages, byte arrays PLAIN. Those go to a storage that keeps nothing,
+// except merge-on-read/local: a local directory, each file deleted once
+// written (the system's page cache then reuses its pages), fsync included.
 func BenchmarkWrite(b *testing.B) {
+	mor := []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues()}
 	for _, c := range []struct {
-		name string
-		opts []WriteOption
+		name  string
+		opts  []WriteOption
+		local bool
 	}{
-		{string(Zstd), []WriteOption{Compression(Zstd)}},
-		{string(Snappy), []WriteOption{Compression(Snappy)}},
-		{string(Lz4Raw), []WriteOption{Compression(Lz4Raw)}},
-		{"merge-on-read", []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues()}},
+		{string(Zstd), []WriteOption{Compression(Zstd)}, false},
+		{string(Snappy), []WriteOption{Compression(Snappy)}, false},
+		{string(Lz4Raw), []WriteOption{Compression(Lz4Raw)}, false},
+		{"merge-on-read", mor, false},
+		{"merge-on-read/local", mor, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			rec := benchRecord(b, benchRows)
 			defer rec.Release()
 			l := benchLayout()
 			ctx := context.Background()
+			var st storage.Storage = discard{}
+			dir := b.TempDir()
+			if c.local {
+				st = storage.NewLocal(dir)
+			}
 			b.ResetTimer()
 			cpu0 := cpuTime()
 			for i := 0; i < b.N; i++ {
-				if _, err := Write(ctx, discard{}, l, rec, nil, c.opts...); err != nil {
+				add, err := Write(ctx, st, l, rec, nil, c.opts...)
+				if err != nil {
 					b.Fatal(err)
+				}
+				if c.local {
+					if err := os.Remove(filepath.Join(dir, add.Path)); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			report(b, benchRows, cpu0)
@@ -496,21 +515,40 @@ func BenchmarkWritePooled(b *testing.B) {
 	l := benchLayout()
 	ctx := context.Background()
 	opts := []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues()}
-	for b.Loop() {
-		// Start from empty pools: two collections drop what they hold.
-		runtime.GC()
-		runtime.GC()
-		before := liveHeap()
-		for i := range 400 {
-			rec := small
-			if i%20 == 19 {
-				rec = big
-			}
-			if _, err := Write(ctx, discard{}, l, rec, nil, opts...); err != nil {
-				b.Fatal(err)
-			}
+	for _, local := range []bool{false, true} {
+		name := "storage=discard"
+		if local {
+			name = "storage=local" // streamed (storage.StreamWriter)
 		}
-		b.ReportMetric(float64(liveHeap()-before)/(1<<20), "pooled-MiB")
+		b.Run(name, func(b *testing.B) {
+			var st storage.Storage = discard{}
+			dir := b.TempDir()
+			if local {
+				st = storage.NewLocal(dir)
+			}
+			for b.Loop() {
+				// Start from empty pools: two collections drop what they hold.
+				runtime.GC()
+				runtime.GC()
+				before := liveHeap()
+				for i := range 400 {
+					rec := small
+					if i%20 == 19 {
+						rec = big
+					}
+					add, err := Write(ctx, st, l, rec, nil, opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if local {
+						if err := os.Remove(filepath.Join(dir, add.Path)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(liveHeap()-before)/(1<<20), "pooled-MiB")
+			}
+		})
 	}
 }
 
@@ -521,4 +559,35 @@ func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// BenchmarkWriteLargeFile writes a file of several row groups (a
+// compaction's, say) to a local directory and reports the most heap the
+// write held at once (peak-heap-MiB, sampled every 100 µs at GOGC=5)
+// beside the file's size: a file streamed into storage holds about one
+// row group's pages, not the whole file.
+//
+//	go test ./delta/datafile -run XXX -bench WriteLargeFile -count 6
+func BenchmarkWriteLargeFile(b *testing.B) {
+	rec := benchRecord(b, benchRows)
+	defer rec.Release()
+	l := benchLayout()
+	ctx := context.Background()
+	dir := b.TempDir()
+	st := storage.NewLocal(dir)
+	opts := []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues(), RowGroupRows(benchRows / 8)}
+	for b.Loop() {
+		var add *delta.Add
+		peak := heapprobe.PeakDuring(func() {
+			var err error
+			if add, err = Write(ctx, st, l, rec, nil, opts...); err != nil {
+				b.Fatal(err)
+			}
+		})
+		if err := os.Remove(filepath.Join(dir, add.Path)); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(float64(add.Size)/(1<<20), "file-MiB")
+	}
 }
