@@ -34,7 +34,10 @@ type KeyIndex struct {
 	layout *Layout
 	seed   maphash.Seed
 	// slots hold, low half, entry index + 1 (0: empty) and, high half,
-	// the top 32 bits of the key's hash; len is a power of two.
+	// the low 32 bits of the key's hash (its tag); len is a power of two,
+	// and a key's home slot is its hash's low bits. The tag holds the home
+	// of every table of up to 2^32 slots, so growing the table moves the
+	// slots without reading a key (grow).
 	slots   []uint64
 	entries entryTable
 	// arena holds, per entry, uvarint(len key) key uvarint(len seq) seq.
@@ -411,7 +414,36 @@ func arenaAppend[K string | []byte](a *keyArena, key K, seq []byte) (off uint64,
 }
 
 // slot packs an entry index and the key's hash into a slot.
-func slot(i int, h uint64) uint64 { return h&^0xffffffff | uint64(i+1) }
+func slot(i int, h uint64) uint64 { return tagOf(h) | uint64(i+1) }
+
+// tagOf is the part of a hash a slot keeps: its low 32 bits, in the
+// slot's high half.
+func tagOf(h uint64) uint64 { return h << 32 }
+
+// grow doubles the slot table, placing each slot by the hash bits its tag
+// holds: no key is read or hashed again, where rehash reads every key's
+// arena record, a cache miss each in a large index (growing to 1M keys
+// spent 0.29 s of the 1M-key bench's engine CPU there).
+func (ix *KeyIndex) grow() {
+	size := 2 * len(ix.slots)
+	if size > 1<<32 {
+		ix.rehash(size) // the tag no longer holds the whole home
+		return
+	}
+	old := ix.slots
+	ix.slots = makeBig[uint64](size, size)
+	mask := uint64(size - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		h := s >> 32 & mask
+		for ix.slots[h] != 0 {
+			h = (h + 1) & mask
+		}
+		ix.slots[h] = s
+	}
+}
 
 func (ix *KeyIndex) rehash(size int) {
 	ix.slots = makeBig[uint64](size, size)
@@ -430,7 +462,7 @@ func (ix *KeyIndex) rehash(size int) {
 func (ix *KeyIndex) find(key string) (int, bool) {
 	mask := uint64(len(ix.slots) - 1)
 	hash := maphash.String(ix.seed, key)
-	tag := hash &^ 0xffffffff
+	tag := tagOf(hash)
 	h := hash & mask
 	for {
 		s := ix.slots[h]
@@ -526,8 +558,7 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 		ix.tombstones++
 	}
 	if ix.entries.n > len(ix.slots)*3/4 {
-		ix.rehash(len(ix.slots) * 2)
-		return nil
+		ix.grow() // the new entry's slot is still to place, below
 	}
 	mask := uint64(len(ix.slots) - 1)
 	hash := maphash.String(ix.seed, key)

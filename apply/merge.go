@@ -574,7 +574,7 @@ func (ix *KeyIndex) findGroup(rs []Reduced, out []lookedUp) {
 		slots[j] = ix.slots[hashes[j]&mask]
 	}
 	for j := range n {
-		if s := slots[j]; s != 0 && s&^0xffffffff == hashes[j]&^0xffffffff {
+		if s := slots[j]; s != 0 && s&^0xffffffff == tagOf(hashes[j]) {
 			cand[j] = int(s & 0xffffffff)
 			offs[j] = ix.entries.at(cand[j] - 1).off
 		}

@@ -610,6 +610,33 @@ func BenchmarkKeyIndexUpsert(b *testing.B) {
 	b.ReportMetric(float64(update.Nanoseconds())/float64(b.N*n), "update-ns/key")
 }
 
+// BenchmarkKeyIndexGrow measures inserting 1M keys into an index that
+// was not reserved for them, as a table's first load through Kafka grows
+// it: the slot table doubles from 16 slots twenty times.
+//
+//	go test ./apply -run XXX -bench KeyIndexGrow -count 6
+func BenchmarkKeyIndexGrow(b *testing.B) {
+	const n = 1_000_000
+	keys := make([]string, n)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := range keys {
+		keys[i] = EncodeKey(scaleValues(rng.Int64(), 1), scaleLayout.Key)
+	}
+	seq := pgSeq(1)
+	for b.Loop() {
+		ix := NewKeyIndex(scaleLayout)
+		for i, k := range keys {
+			if err := ix.upsert(k, seq, false, 0, int64(i%100_000)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if ix.Len() != n {
+			b.Fatalf("index holds %d keys, want %d", ix.Len(), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
+
 // BenchmarkLookupAll measures a batch's index lookups (lookupAll, as
 // PlanBatch makes them) per key: 10k reduced keys, 80% held by the index
 // and 20% new, each winner a change allocated on its own as routing
