@@ -577,11 +577,7 @@ func BenchmarkKeyIndexLookup(b *testing.B) {
 //	go test ./apply -run XXX -bench KeyIndexUpsert -count 6
 func BenchmarkKeyIndexUpsert(b *testing.B) {
 	const n = 1_000_000
-	keys := make([]string, n)
-	rng := rand.New(rand.NewPCG(3, 3))
-	for i := range keys {
-		keys[i] = EncodeKey(scaleValues(rng.Int64(), 1), scaleLayout.Key)
-	}
+	keys := randomKeys(n, 3)
 	seq := pgSeq(1)
 	var insert, update time.Duration
 	for b.Loop() {
@@ -610,6 +606,16 @@ func BenchmarkKeyIndexUpsert(b *testing.B) {
 	b.ReportMetric(float64(update.Nanoseconds())/float64(b.N*n), "update-ns/key")
 }
 
+// randomKeys is n keys of random ids in the scale table's layout.
+func randomKeys(n int, seed uint64) []string {
+	keys := make([]string, n)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for i := range keys {
+		keys[i] = EncodeKey(scaleValues(rng.Int64(), 1), scaleLayout.Key)
+	}
+	return keys
+}
+
 // BenchmarkKeyIndexGrow measures inserting 1M keys into an index that
 // was not reserved for them, as a table's first load through Kafka grows
 // it: the slot table doubles from 16 slots twenty times.
@@ -617,11 +623,7 @@ func BenchmarkKeyIndexUpsert(b *testing.B) {
 //	go test ./apply -run XXX -bench KeyIndexGrow -count 6
 func BenchmarkKeyIndexGrow(b *testing.B) {
 	const n = 1_000_000
-	keys := make([]string, n)
-	rng := rand.New(rand.NewPCG(4, 4))
-	for i := range keys {
-		keys[i] = EncodeKey(scaleValues(rng.Int64(), 1), scaleLayout.Key)
-	}
+	keys := randomKeys(n, 4)
 	seq := pgSeq(1)
 	for b.Loop() {
 		ix := NewKeyIndex(scaleLayout)
