@@ -596,8 +596,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.client = cl
 	defer cl.Close()
 
+	// Each poll's bound is worked out before the rebalance callbacks may
+	// run (AllowRebalance, below): they drop revoked partitions' records
+	// from the buffers it reads.
+	wait := e.pollWait()
 	for ctx.Err() == nil {
-		wait := e.pollWait()
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		for _, t := range e.tables {
 			// A batch that commits while the loop waits for records
@@ -660,6 +663,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.releaseTable(t)
 			}
 		}
+		wait = e.pollWait()
 		cl.AllowRebalance()
 	}
 	// Shut down: settle the batches in flight, then flush what is
