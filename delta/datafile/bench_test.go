@@ -515,40 +515,21 @@ func BenchmarkWritePooled(b *testing.B) {
 	l := benchLayout()
 	ctx := context.Background()
 	opts := []WriteOption{Compression(Lz4Raw), PageBytes(32 << 10), PlainValues()}
-	for _, local := range []bool{false, true} {
-		name := "storage=discard"
-		if local {
-			name = "storage=local" // streamed (storage.StreamWriter)
+	for b.Loop() {
+		// Start from empty pools: two collections drop what they hold.
+		runtime.GC()
+		runtime.GC()
+		before := liveHeap()
+		for i := range 400 {
+			rec := small
+			if i%20 == 19 {
+				rec = big
+			}
+			if _, err := Write(ctx, discard{}, l, rec, nil, opts...); err != nil {
+				b.Fatal(err)
+			}
 		}
-		b.Run(name, func(b *testing.B) {
-			var st storage.Storage = discard{}
-			dir := b.TempDir()
-			if local {
-				st = storage.NewLocal(dir)
-			}
-			for b.Loop() {
-				// Start from empty pools: two collections drop what they hold.
-				runtime.GC()
-				runtime.GC()
-				before := liveHeap()
-				for i := range 400 {
-					rec := small
-					if i%20 == 19 {
-						rec = big
-					}
-					add, err := Write(ctx, st, l, rec, nil, opts...)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if local {
-						if err := os.Remove(filepath.Join(dir, add.Path)); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				b.ReportMetric(float64(liveHeap()-before)/(1<<20), "pooled-MiB")
-			}
-		})
+		b.ReportMetric(float64(liveHeap()-before)/(1<<20), "pooled-MiB")
 	}
 }
 
