@@ -28,6 +28,13 @@ type BatchReport struct {
 	// SourceMicros holds each change's source commit time, microseconds
 	// since the epoch, in batch order.
 	SourceMicros []int64
+	// AppendedMicros holds the Kafka timestamp of each record the batch
+	// read (Read of them, in the order read), microseconds since the
+	// epoch: with producers that stamp the send time (Kafka Connect's, the
+	// bench's with -rate) the commit minus it is the engine's own delay,
+	// which freshness also counts with whatever held a change back before
+	// it reached Kafka.
+	AppendedMicros []int64
 	// Decode is the time spent decoding the batch's records, Refresh the
 	// catch-up with other writers, Quarantine the quarantine commit;
 	// Result.Durations has plan (reduce, plan, data files) and commit.
@@ -51,10 +58,11 @@ func (t *tableRun) batchReport(f *inflight) *BatchReport {
 	r := &BatchReport{
 		Table: t.cfg.Name, Version: f.res.Version, Result: f.res,
 		Read: b.Read, Skipped: b.Skipped, Quarantined: b.Quarantined, Changes: len(b.Changes),
-		Ranges:       b.Ranges,
-		RowsBefore:   f.rowsBefore,
-		SourceMicros: make([]int64, len(b.Changes)),
-		Decode:       f.buf.decode, Refresh: f.refreshed, Quarantine: f.quarantined,
+		Ranges:         b.Ranges,
+		RowsBefore:     f.rowsBefore,
+		SourceMicros:   make([]int64, len(b.Changes)),
+		AppendedMicros: f.buf.appended,
+		Decode:         f.buf.decode, Refresh: f.refreshed, Quarantine: f.quarantined,
 		Started: f.buf.since, Committed: f.committed,
 	}
 	for i, c := range b.Changes {

@@ -269,6 +269,9 @@ type tableBuffer struct {
 	decode      time.Duration
 	heartbeatMs int64
 	schema      int
+	// appended holds each routed record's Kafka timestamp (µs), in the
+	// order read; kept only for OnBatch (BatchReport.AppendedMicros).
+	appended []int64
 }
 
 // partBuffer accounts for one partition's records in the pending batch.
@@ -1017,6 +1020,9 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	pb.rng.Next = r.Offset + 1
 	pb.read++
 	e.routed.Add(1)
+	if e.OnBatch != nil {
+		t.buf.appended = append(t.buf.appended, r.Timestamp.UnixMicro())
+	}
 	t.buf.bytes += int64(len(r.Key) + len(r.Value))
 
 	if pre != nil && pre.rc != nil && pre.dec == t.decoder && pre.layout == t.layout() {
@@ -1189,6 +1195,9 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 	} else {
 		pb.read--
 		pb.rng.Next = r.Offset
+	}
+	if n := len(t.buf.appended); n > 0 {
+		t.buf.appended = t.buf.appended[:n-1] // the truncate's, noted when it was routed
 	}
 	if !t.buf.empty() && !e.flush(ctx, t) {
 		return // resynced: the truncate is read again

@@ -95,6 +95,10 @@ type BatchStat struct {
 	FreshP50 float64 `json:"fresh_p50_ms"`
 	FreshP99 float64 `json:"fresh_p99_ms"`
 	FreshMax float64 `json:"fresh_max_ms"`
+	// Appended* are the same from each record's Kafka timestamp (with
+	// -rate the time the harness sent it) instead of its source commit.
+	AppendedP99 float64 `json:"appended_p99_ms"`
+	AppendedMax float64 `json:"appended_max_ms"`
 }
 
 // CheckpointStat is one log checkpoint: its version, how long it and the
@@ -136,6 +140,15 @@ type EngineResult struct {
 	FreshP999 float64 `json:"fresh_p999_ms"`
 	FreshMax  float64 `json:"fresh_max_ms"`
 	FreshMean float64 `json:"fresh_mean_ms"`
+	// Appended* measure every record read from its Kafka timestamp to
+	// the commit of its batch, milliseconds: the engine's own delay when
+	// the producer stamps the send time (-rate), without the time the
+	// workload held late and out-of-order changes back, which freshness
+	// counts.
+	AppendedP50  float64 `json:"appended_p50_ms"`
+	AppendedP99  float64 `json:"appended_p99_ms"`
+	AppendedP999 float64 `json:"appended_p999_ms"`
+	AppendedMax  float64 `json:"appended_max_ms"`
 	// PeakRSS is VmHWM of the process at the end; PeakHeapInUse the largest
 	// sampled Go heap in use; HeapSys the Go heap reserved at the end.
 	PeakRSS       int64 `json:"peak_rss"`
@@ -272,10 +285,10 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 		ready()
 	}
 
-	all := newHist()
+	all, allAppended := newHist(), newHist()
 	next := map[int32]int64{}
 	var want map[int32]int64
-	var fresh []int64
+	var fresh, appended []int64
 	done := func() bool {
 		if want == nil {
 			return false
@@ -304,20 +317,23 @@ loop:
 				fresh = append(fresh, f)
 				all.add(f)
 			}
-			slices.Sort(fresh)
-			q := func(x float64) float64 {
-				if len(fresh) == 0 {
-					return 0
-				}
-				return float64(fresh[min(len(fresh)-1, int(x*float64(len(fresh))))]) / 1000
+			appended = appended[:0]
+			for _, us := range r.AppendedMicros {
+				d := committed.UnixMicro() - us
+				appended = append(appended, d)
+				allAppended.add(d)
 			}
+			slices.Sort(fresh)
+			slices.Sort(appended)
+			q := func(x float64) float64 { return sortedQuantile(fresh, x) }
+			qa := func(x float64) float64 { return sortedQuantile(appended, x) }
 			c := r.Result.Counts
 			res.Batches = append(res.Batches, BatchStat{
 				At: ms(committed.Sub(start)), Version: r.Version, Records: r.Read, Changes: r.Changes,
 				RowsBefore: r.RowsBefore, Inserted: c.Insert, Updated: c.Update, Deleted: c.Delete, Revived: c.Revive,
 				Stale: c.StaleRecords, FilesAdd: r.Result.Files.Added, FilesDel: r.Result.Files.Removed,
 				DecodeMs: ms(r.Decode), RefreshMs: ms(r.Refresh), PlanMs: ms(r.Result.Durations.Plan), CommitMs: ms(r.Result.Durations.Commit), CheckpointMs: ms(r.Result.Durations.Checkpoint), Checkpoint: r.Result.Checkpointed, CheckpointSkipped: r.Result.CheckpointSkipped,
-				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1),
+				FreshP50: q(0.5), FreshP99: q(0.99), FreshMax: q(1), AppendedP99: qa(0.99), AppendedMax: qa(1),
 			})
 			res.Records += int64(r.Read)
 			res.Changes += int64(r.Changes)
@@ -361,6 +377,8 @@ loop:
 
 	res.FreshP50, res.FreshP99 = ms(all.quantile(0.5)), ms(all.quantile(0.99))
 	res.FreshP999, res.FreshMax, res.FreshMean = ms(all.quantile(0.999)), float64(all.max)/1000, ms(all.mean())
+	res.AppendedP50, res.AppendedP99 = ms(allAppended.quantile(0.5)), ms(allAppended.quantile(0.99))
+	res.AppendedP999, res.AppendedMax = ms(allAppended.quantile(0.999)), float64(allAppended.max)/1000
 	res.PeakRSS = procStatus("VmHWM")
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
@@ -478,4 +496,13 @@ func writeHeapProfile(path string) error {
 		return fmt.Errorf("heap profile: %w", err)
 	}
 	return os.Rename(path+".tmp", path)
+}
+
+// sortedQuantile is the q-quantile of sorted microseconds, in
+// milliseconds (0 for none).
+func sortedQuantile(sorted []int64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]) / 1000
 }

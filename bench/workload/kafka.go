@@ -174,6 +174,13 @@ func produce(ctx context.Context, cl *kgo.Client, g *Generator, batch int, rate 
 		sent++
 		r := ev.Record
 		kr := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+		if rate > 0 {
+			// Stamped when sent, as Kafka Connect's producer does: the
+			// engine's delay is then measured from here, apart from the
+			// source commit time (the generator's clock), which a late or
+			// out-of-order change left behind before it was sent.
+			kr.Timestamp = time.Now()
+		}
 		for _, h := range r.Headers {
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}

@@ -106,7 +106,10 @@ func produceAndReadBack(t *testing.T, brokers []string, cfg Config) {
 
 // TestProduceAtPacesAndStampsTime: a paced stream cannot finish before its
 // schedule, and with the wall clock every change's source commit time is
-// the time it was generated.
+// the time it was generated. Each record's Kafka timestamp is the time it
+// was sent: never before its source commit, and for a change the workload
+// held back (late: 250 to 750 records, 50 to 150 ms at this rate) later
+// by about the hold.
 func TestProduceAtPacesAndStampsTime(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -147,7 +150,7 @@ func TestProduceAtPacesAndStampsTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var changes, spread int64
+	var changes, spread, held int64
 	first, last := int64(-1), int64(0)
 	for changes < g.Oracle().Counts().ChangeRecords {
 		fs := consumer.PollFetches(ctx)
@@ -160,6 +163,10 @@ func TestProduceAtPacesAndStampsTime(t *testing.T) {
 				return
 			}
 			changes++
+			if sent := r.Timestamp.UnixMilli(); sent < ch.SourceTsMs || sent > end.UnixMilli() {
+				t.Fatalf("%s/%d@%d: sent at %d, source commit %d, run ended %d", r.Topic, r.Partition, r.Offset, sent, ch.SourceTsMs, end.UnixMilli())
+			}
+			held = max(held, r.Timestamp.UnixMilli()-ch.SourceTsMs)
 			if ch.SourceTsMs < start.UnixMilli() || ch.SourceTsMs > end.UnixMilli() {
 				t.Fatalf("source commit time %d outside the run [%d, %d]", ch.SourceTsMs, start.UnixMilli(), end.UnixMilli())
 			}
@@ -171,6 +178,9 @@ func TestProduceAtPacesAndStampsTime(t *testing.T) {
 	}
 	if spread = last - first; spread < 100 {
 		t.Fatalf("commit times span %d ms over a paced %v run", spread, end.Sub(start))
+	}
+	if held < 25 {
+		t.Fatalf("no change was sent more than %d ms after its source commit; late changes are held 50 to 150 ms", held)
 	}
 }
 
