@@ -55,6 +55,11 @@ type Engine struct {
 	// OnBatch, when set, is called after every committed stream batch
 	// with its BatchReport (the bench harness). It runs on Run's goroutine.
 	OnBatch func(*BatchReport)
+	// OnOpened, when set, is called once Run has opened every table (a
+	// table's key index is built then: seconds at 10M keys) and created
+	// its Kafka client, just before the first poll (the bench harness
+	// starts a paced stream then). It runs on Run's goroutine.
+	OnOpened func()
 	// OnCheckpoint, when set, is called with each log checkpoint's
 	// outcome as it ends, on the checkpoint's goroutine (the bench
 	// harness). Run returns after the last one.
@@ -598,6 +603,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.client = cl
 	defer cl.Close()
+	if e.OnOpened != nil {
+		e.OnOpened()
+	}
 
 	// Each poll's bound is worked out before the rebalance callbacks may
 	// run (AllowRebalance, below): they drop revoked partitions' records

@@ -420,3 +420,44 @@ func TestBatchReportAppendedTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestOnOpenedAfterTheIndexIsBuilt: OnOpened is called once per Run, on
+// its goroutine, after the table was opened with its key index built and
+// before any batch: a restarted engine sees the rows the first one wrote.
+func TestOnOpenedAfterTheIndexIsBuilt(t *testing.T) {
+	p, dir, cfg := tenRecordBatches(t)
+	o := ordersOracle{}
+	_, stop := startEngineWith(t, cfg)
+	produceOrders(p, o, 0, 10)
+	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+	stop()
+
+	var mu sync.Mutex
+	var events []string
+	_, stop = startEngineWith(t, cfg, func(e *Engine) {
+		e.OnOpened = func() {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("opened with %d rows", e.tables[0].applier.rows()))
+			mu.Unlock()
+		}
+		e.OnBatch = func(r *BatchReport) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("batch with %d rows before", r.RowsBefore))
+			mu.Unlock()
+		}
+	})
+	defer stop()
+	produceOrders(p, o, 10, 20)
+	waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		got := fmt.Sprint(events)
+		mu.Unlock()
+		if got == "[opened with 7 rows batch with 7 rows before]" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %s, want the open (7 keys) then one batch", got)
+		}
+	}
+}

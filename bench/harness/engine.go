@@ -128,6 +128,7 @@ type EngineResult struct {
 	InProcess bool    `json:"in_process"`
 	PID       int     `json:"pid"`
 	Started   int64   `json:"started_unix_ms"`
+	OpenedAt  float64 `json:"opened_ms"`       // the table opened and its key index built: ready
 	FirstAt   float64 `json:"first_record_ms"` // first record of the first batch arrived
 	DoneAt    float64 `json:"done_ms"`         // last commit
 	Records   int64   `json:"records"`
@@ -229,6 +230,8 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 	// to the collector, which does the sorting and bookkeeping.
 	reports := make(chan *apply.BatchReport, 1024)
 	e.OnBatch = func(r *apply.BatchReport) { reports <- r }
+	opened := make(chan time.Time, 1)
+	e.OnOpened = func() { opened <- time.Now() }
 	var ckptMu sync.Mutex // guards res.Checkpoints against the checkpoints' goroutine
 	e.OnCheckpoint = func(_ string, o delta.CheckpointOutcome) {
 		st := CheckpointStat{Version: o.Version, Ms: ms(o.Took)}
@@ -281,6 +284,16 @@ func RunEngine(ctx context.Context, job Job, ends <-chan Ends, ready func(), inP
 			}
 		}
 	}()
+	// Ready once the table is open and its key index built: a paced
+	// stream starts then, so freshness is the engine's steady state and
+	// the start-up (seconds for a large table) is its own figure.
+	select {
+	case at := <-opened:
+		res.OpenedAt = ms(at.Sub(start))
+	case err := <-runErr:
+		runErr <- err // stopped before opening: the loop below reports it
+	case <-ctx.Done():
+	}
 	if ready != nil {
 		ready()
 	}

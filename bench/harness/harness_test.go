@@ -176,6 +176,10 @@ func TestSmokeFreshness(t *testing.T) {
 	if f.AppendedP50 <= 0 || f.AppendedP99 < f.AppendedP50 || f.AppendedMax < f.AppendedP99 || f.AppendedMax > f.Max+20 {
 		t.Errorf("since-appended quantiles out of order or above freshness: %+v", f)
 	}
+	// The stream started once the engine had opened the table.
+	if e := rep.Engine; e.OpenedAt <= 0 || e.FirstAt < e.OpenedAt {
+		t.Errorf("the table opened at %.1f ms, the first record arrived at %.1f ms", e.OpenedAt, e.FirstAt)
+	}
 }
 
 // TestCorruptTableFails damages the engine's table (a commit removing one

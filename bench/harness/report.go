@@ -632,6 +632,9 @@ func (r *Report) Print(w io.Writer) {
 	if f := r.Freshness; f.WallClock {
 		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (source commit, wall clock, to table commit; per change)\n", "freshness", f.P50, f.P99, f.P999, f.Max)
 		fmt.Fprintf(w, "  %-34s p50 %.0f ms, p99 %.0f ms, p99.9 %.0f ms, max %.0f ms (sent to Kafka to table commit; per record: the engine's own delay, without the workload's late and out-of-order hold-back)\n", "  since appended to Kafka", f.AppendedP50, f.AppendedP99, f.AppendedP999, f.AppendedMax)
+		if e := r.Engine; e != nil {
+			fmt.Fprintf(w, "  %-34s %.1f s after the engine started, when it had opened the table (key index built)\n", "  stream started", e.OpenedAt/1000)
+		}
 	} else {
 		fmt.Fprintf(w, "  %-34s not measured: the stream was preproduced with generated source times (run with -rate)\n", "freshness")
 	}
