@@ -113,22 +113,177 @@ func buildKeyIndex(ctx context.Context, l *Layout, snap *delta.Snapshot, rf RowF
 	if progress != nil {
 		progress(0, len(files), 0)
 	}
-	for n, add := range files {
-		id := ix.addFile(add)
-		err := readFileKeys(ctx, l, rf, add, func(key string, seq []byte, deleted bool, pos int64) error {
-			if _, dup := ix.find(key); dup {
-				return fmt.Errorf("key %s is in more than one row (file %s)", ix.renderKey(key), add.Path)
-			}
-			return ix.insert(key, seq, deleted, id, pos)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("build key index: %w", err)
+	// One goroutine reads the files' keys in order while this one inserts
+	// what it read before: reading (decoding the key, sequence and
+	// deleted columns) and inserting (mostly cache misses in a large
+	// index) take about as long as each other, and a restart waits for
+	// both. The keys travel in blocks of at most blockRows rows, three in
+	// all, whatever the files' sizes.
+	ctx, cancel := context.WithCancel(ctx)
+	const blocks = 3
+	read := make(chan *keyBlock, blocks) // holds every block: sends never block
+	free := make(chan *keyBlock, blocks)
+	for range blocks {
+		free <- new(keyBlock)
+	}
+	go readKeyBlocks(ctx, l, rf, files, free, read)
+	defer func() {
+		// Nothing of the build outlives it: a failed build stops the
+		// reader and waits for it to close read.
+		cancel()
+		for range read {
 		}
-		if progress != nil {
-			progress(n+1, len(files), ix.Len())
+	}()
+	cur, id := -1, noFile
+	for done := 0; done < len(files); {
+		b, ok := <-read
+		if !ok { // the reader stops early only when ctx is done
+			return nil, fmt.Errorf("build key index: %w", context.Cause(ctx))
+		}
+		if b.err != nil {
+			return nil, fmt.Errorf("build key index: %w", b.err)
+		}
+		add := files[b.file]
+		if b.file != cur {
+			cur, id = b.file, ix.addFile(add)
+		}
+		for from := 0; from < b.len(); from += buildGroup {
+			if err := ix.insertGroup(b, from, min(from+buildGroup, b.len()), id, add.Path); err != nil {
+				return nil, fmt.Errorf("build key index: %w", err)
+			}
+		}
+		last := b.last
+		free <- b
+		if last {
+			done++
+			if progress != nil {
+				progress(done, len(files), ix.Len())
+			}
 		}
 	}
 	return ix, nil
+}
+
+// buildGroup is how many keys a build looks up together (insertGroup).
+const buildGroup = 16
+
+// blockRows is the most rows a keyBlock holds (tests lower it).
+var blockRows = 1 << 16
+
+// keyBlock is what a build read of consecutive rows of one file: each
+// live row's key, sequence, deleted flag and physical row, copied (a
+// file reader reuses its buffers from row to row).
+type keyBlock struct {
+	file    int      // index of the file in the build's list
+	last    bool     // the file's last block (a file without live rows has one, empty)
+	buf     []byte   // each row's key, then its sequence
+	ends    []uint64 // per row: where its key ends in buf (high half) and its sequence (low half)
+	deleted []bool
+	pos     []int64
+	err     error // reading the file failed: the build fails with it
+}
+
+func (b *keyBlock) reset(file int) {
+	b.file, b.last, b.err = file, false, nil
+	b.buf, b.ends, b.deleted, b.pos = b.buf[:0], b.ends[:0], b.deleted[:0], b.pos[:0]
+}
+
+func (b *keyBlock) len() int { return len(b.ends) }
+
+// add appends a row.
+func (b *keyBlock) add(key string, seq []byte, deleted bool, pos int64) error {
+	if len(b.buf)+len(key)+len(seq) > math.MaxUint32 {
+		return fmt.Errorf("a block's keys and sequences exceed %d bytes", uint64(math.MaxUint32))
+	}
+	b.buf = append(b.buf, key...)
+	k := len(b.buf)
+	b.buf = append(b.buf, seq...)
+	b.ends = append(b.ends, uint64(k)<<32|uint64(len(b.buf)))
+	b.deleted = append(b.deleted, deleted)
+	b.pos = append(b.pos, pos)
+	return nil
+}
+
+// readKeyBlocks reads files' keys, in order, into blocks taken from free
+// and sent to read, the last of each file marked, and closes read when
+// done. A file that fails to read is sent as a block with its error, and
+// reading stops there; a done ctx stops it too.
+func readKeyBlocks(ctx context.Context, l *Layout, rf RowFiles, files []*delta.Add, free <-chan *keyBlock, read chan<- *keyBlock) {
+	defer close(read)
+	take := func(file int) *keyBlock {
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case b := <-free:
+			b.reset(file)
+			return b
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	for n, add := range files {
+		b := take(n)
+		if b == nil {
+			return
+		}
+		err := readFileKeys(ctx, l, rf, add, func(key string, seq []byte, deleted bool, pos int64) error {
+			if b.len() == blockRows {
+				read <- b
+				if b = take(n); b == nil {
+					return context.Cause(ctx)
+				}
+			}
+			return b.add(key, seq, deleted, pos)
+		})
+		if b == nil {
+			return
+		}
+		b.last, b.err = true, err
+		read <- b
+		if err != nil {
+			return
+		}
+	}
+}
+
+// row returns row j's key (aliasing the block's buffer) and sequence.
+func (b *keyBlock) row(j int) (string, []byte) {
+	from := 0
+	if j > 0 {
+		from = int(b.ends[j-1] & 0xffffffff)
+	}
+	k, s := int(b.ends[j]>>32), int(b.ends[j]&0xffffffff)
+	return unsafe.String(unsafe.SliceData(b.buf[from:]), k-from), b.buf[k:s:s]
+}
+
+// insertGroup adds rows [from, to) of b (at most buildGroup), keys the
+// index must not hold yet (path names their file in the error when one
+// does). As findGroup does for a batch's lookups, it first hashes every
+// key and reads its first slot, loads that do not depend on each other,
+// so the processor has the group's cache misses in flight together; the
+// lookups and inserts that follow find the slots in cache. A large
+// table's index build was mostly these misses taken one after another.
+func (ix *KeyIndex) insertGroup(b *keyBlock, from, to int, file fileID, path string) error {
+	var hashes [buildGroup]uint64
+	var sink uint64
+	mask := uint64(len(ix.slots) - 1)
+	for j := from; j < to; j++ {
+		key, _ := b.row(j)
+		hashes[j-from] = maphash.String(ix.seed, key)
+		sink += ix.slots[hashes[j-from]&mask]
+	}
+	ix.touched = byte(sink)
+	for j := from; j < to; j++ {
+		key, seq := b.row(j)
+		if _, dup := ix.findHashed(key, hashes[j-from]); dup {
+			return fmt.Errorf("key %s is in more than one row (file %s)", ix.renderKey(key), path)
+		}
+		if err := ix.insertHashed(key, hashes[j-from], seq, b.deleted[j], file, b.pos[j]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readFileKeys calls put for every live row of a file with what the key
@@ -460,8 +615,12 @@ func (ix *KeyIndex) rehash(size int) {
 
 // find returns the entry index of key.
 func (ix *KeyIndex) find(key string) (int, bool) {
+	return ix.findHashed(key, maphash.String(ix.seed, key))
+}
+
+// findHashed is find of a key whose hash the caller has.
+func (ix *KeyIndex) findHashed(key string, hash uint64) (int, bool) {
 	mask := uint64(len(ix.slots) - 1)
-	hash := maphash.String(ix.seed, key)
 	tag := tagOf(hash)
 	h := hash & mask
 	for {
@@ -542,6 +701,11 @@ func packEntry(off uint64, deleted bool, file fileID, pos int64) (indexEntry, er
 
 // insert adds a key the index does not hold.
 func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, pos int64) error {
+	return ix.insertHashed(key, maphash.String(ix.seed, key), seq, deleted, file, pos)
+}
+
+// insertHashed is insert of a key whose hash the caller has.
+func (ix *KeyIndex) insertHashed(key string, hash uint64, seq []byte, deleted bool, file fileID, pos int64) error {
 	if ix.entries.n >= math.MaxUint32-1 {
 		return fmt.Errorf("key index holds %d keys, its limit", ix.entries.n)
 	}
@@ -561,7 +725,6 @@ func (ix *KeyIndex) insert(key string, seq []byte, deleted bool, file fileID, po
 		ix.grow() // the new entry's slot is still to place, below
 	}
 	mask := uint64(len(ix.slots) - 1)
-	hash := maphash.String(ix.seed, key)
 	h := hash & mask
 	for ix.slots[h] != 0 {
 		h = (h + 1) & mask

@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
 )
 
 // TestKeyIndexGrowsPastOneMillion inserts keys one by one past the sizes
@@ -292,4 +299,140 @@ func TestKeyIndexCountsTombstones(t *testing.T) {
 			}
 		})
 	}
+}
+
+// blockFiles is genRowFiles's table with faults: file empty has no live
+// rows, file dupAt ends with file 0's first key, reading file failAt
+// fails, reading file slow takes 50 ms, active counts the reads under
+// way, and onRead sees each file as it is read.
+type blockFiles struct {
+	genRowFiles
+	empty, dupAt, failAt, slow int
+	active                     *atomic.Int32
+	onRead                     func(f int)
+}
+
+var errFileOnFire = errors.New("file on fire")
+
+func (g blockFiles) ReadRows(ctx context.Context, add *delta.Add) ([]Row, error) {
+	f, _ := strconv.Atoi(add.Path)
+	if g.active != nil {
+		g.active.Add(1)
+		defer g.active.Add(-1)
+	}
+	if f == g.slow {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if g.onRead != nil {
+		g.onRead(f)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	switch f {
+	case g.failAt:
+		return nil, errFileOnFire
+	case g.empty:
+		return nil, nil
+	}
+	rows, err := g.genRowFiles.ReadRows(ctx, add)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		rows[i].Deleted = i%5 == 0
+	}
+	if f == g.dupAt {
+		rows[len(rows)-1].Values = []schema.Value{schema.Int(0), schema.String("dup")}
+	}
+	return rows, nil
+}
+
+// TestBuildKeyIndexInBlocks: the build reads files on one goroutine in
+// blocks (lowered here to 7 rows, so files of 30 rows span five blocks)
+// while it inserts on another. Every key ends with its sequence, deleted
+// flag, file and row; a file without rows still counts in the progress;
+// a key held twice across files is named with the second file; a file
+// that fails to read or a cancelled context fails the build with its
+// error, and the reading goroutine does not outlive the build.
+func TestBuildKeyIndexInBlocks(t *testing.T) {
+	defer func(n int) { blockRows = n }(blockRows)
+	blockRows = 7
+	ctx := context.Background()
+	const files, perFile = 9, 30
+	snap := genSnapshot(t, files)
+	base := runtime.NumGoroutine()
+	drained := func(what string) {
+		t.Helper()
+		for i := 0; runtime.NumGoroutine() > base; i++ {
+			if i == 200 {
+				t.Fatalf("%s: %d goroutines, %d before the build", what, runtime.NumGoroutine(), base)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	type step struct{ read, files, keys int }
+	var steps []step
+	rf := blockFiles{genRowFiles: genRowFiles{perFile: perFile}, empty: 4, dupAt: -1, failAt: -1, slow: -1}
+	ix, err := buildKeyIndex(ctx, refLayout, snap, rf, func(read, n, keys int) { steps = append(steps, step{read, n, keys}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Len() != (files-1)*perFile {
+		t.Fatalf("index holds %d keys, want %d", ix.Len(), (files-1)*perFile)
+	}
+	want := []step{{0, files, 0}}
+	for f := range files {
+		keys := want[f].keys + perFile
+		if f == 4 {
+			keys = want[f].keys
+		}
+		want = append(want, step{f + 1, files, keys})
+	}
+	if !reflect.DeepEqual(steps, want) {
+		t.Fatalf("progress %v, want %v", steps, want)
+	}
+	for f := range files {
+		if f == 4 {
+			continue
+		}
+		for i := range perFile {
+			id := int64(f*perFile + i)
+			e, ok := ix.lookup(EncodeKey([]schema.Value{schema.Int(id), schema.String("status")}, refLayout.Key))
+			if !ok || !bytes.Equal(e.seq, pgSeq(uint64(id)+1)) || e.deleted != (i%5 == 0) || e.file != fileID(f) || e.row != int64(i) {
+				t.Fatalf("file %d row %d: %+v %v", f, i, e, ok)
+			}
+		}
+	}
+	drained("a build")
+
+	// The build fails at file 6's last row, when the reader is likely
+	// reading file 7, slowly: the build returns only once it stopped.
+	rf.dupAt, rf.slow, rf.active = 6, 7, new(atomic.Int32)
+	if _, err := buildKeyIndex(ctx, refLayout, snap, rf, nil); err == nil || !strings.Contains(err.Error(), "id=0") || !strings.Contains(err.Error(), "more than one row (file 6)") {
+		t.Fatalf("a key in files 0 and 6: %v", err)
+	}
+	if n := rf.active.Load(); n != 0 {
+		t.Fatalf("a failed build returned with %d file reads under way", n)
+	}
+	rf.slow = -1
+	drained("a duplicate key")
+
+	rf.dupAt, rf.failAt = -1, 5
+	if _, err := buildKeyIndex(ctx, refLayout, snap, rf, nil); !errors.Is(err, errFileOnFire) {
+		t.Fatalf("file 5 failing: %v", err)
+	}
+	drained("a file failing")
+
+	cctx, cancel := context.WithCancel(ctx)
+	rf.failAt, rf.onRead = -1, func(f int) {
+		if f == 3 {
+			cancel()
+		}
+	}
+	if _, err := buildKeyIndex(cctx, refLayout, snap, rf, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled while reading file 3: %v", err)
+	}
+	drained("a cancelled build")
 }

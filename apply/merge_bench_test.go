@@ -64,7 +64,7 @@ func (g genRowFiles) WriteRows(ctx context.Context, rows []Row) (*delta.Add, err
 
 // genSnapshot is a snapshot of files "0".."files-1" (a real log in a temp
 // directory, one commit), read by genRowFiles.
-func genSnapshot(b *testing.B, files int) *delta.Snapshot {
+func genSnapshot(b testing.TB, files int) *delta.Snapshot {
 	b.Helper()
 	ctx := context.Background()
 	tbl := delta.Open(storage.NewLocal(b.TempDir()))
@@ -488,25 +488,45 @@ func rowsLabel(n int) string {
 	return strconv.Itoa(n)
 }
 
-// BenchmarkOpenIndex opens a cached 1M-row table (ten files of 100k rows
-// of the scale layout): snapshot plus key index built from the data files.
+// BenchmarkOpenIndex opens cached tables of the scale layout: snapshot
+// plus key index built from the data files, what an engine's start, a
+// resync or a rebuild waits for. "1M": ten files of 100k rows, one row
+// group each; "10M-merge-on-read": a hundred files of 100k rows written
+// as merge-on-read writes them (row groups of 8192 rows, 32 KiB pages).
+//
+//	go test ./apply -run XXX -bench OpenIndex -benchtime 3x -count 6
 func BenchmarkOpenIndex(b *testing.B) {
-	const n = 1_000_000
-	dir := scaleTable(b, n, 0)
-	store := storage.NewLocal(dir)
-	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
-		if err := a.Open(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if a.index.Len() != n {
-			b.Fatalf("index holds %d keys, want %d", a.index.Len(), n)
-		}
+	for _, tc := range []struct {
+		name     string
+		n        int
+		rowGroup int64
+		opts     []datafile.WriteOption
+	}{
+		{"1M", 1_000_000, 0, nil},
+		{"10M-merge-on-read", 10_000_000, MergeOnReadRowGroupRows, MergeOnReadFileOptions(scaleLayout)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			dir := scaleTable(b, tc.n, tc.rowGroup)
+			store := storage.NewLocal(dir)
+			newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l, tc.opts...) }
+			ctx := context.Background()
+			var cpu time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
+				cpu0 := cpuTime()
+				if err := a.Open(ctx); err != nil {
+					b.Fatal(err)
+				}
+				cpu += cpuTime() - cpu0
+				if a.index.Len() != tc.n {
+					b.Fatalf("index holds %d keys, want %d", a.index.Len(), tc.n)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tc.n), "ns/key")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(tc.n), "cpu-ns/key")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
 }
 
 // scaleModes are the merge modes BenchmarkMergeScale compares; the

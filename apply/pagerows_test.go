@@ -420,3 +420,79 @@ func TestMergeOnReadFileCodecs(t *testing.T) {
 		}
 	}
 }
+
+// wholeStore hides a storage's range reads: every read is of a whole file.
+type wholeStore struct{ storage.Storage }
+
+// TestKeyIndexBuildReadsOnlyKeyColumns: a key index build reads the key,
+// sequence and deleted columns of each file through the storage's range
+// reads, a fraction of a file whose other column is wide, and builds the
+// same index as a storage that reads whole files.
+func TestKeyIndexBuildReadsOnlyKeyColumns(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := &countingStore{Storage: storage.NewLocal(dir)}
+	a := NewTableApplier("orders", "p", delta.Open(store), func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	if err := a.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetLayout(refLayout); err != nil {
+		t.Fatal(err)
+	}
+	letters := rand.New(rand.NewPCG(3, 4))
+	const n = 20000
+	changes := make([]*Change, n)
+	for i := range changes {
+		wide := make([]byte, 300)
+		for j := range wide {
+			wide[j] = byte('a' + letters.IntN(26))
+		}
+		changes[i] = refChange(int64(i), uint64(i+1), "c", string(wide), int64(i))
+	}
+	if _, err := a.Apply(ctx, &Batch{Changes: changes, Read: n, Ranges: rng(0, n)}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, f := range files {
+		if strings.HasSuffix(f.Path, ".parquet") {
+			size += f.Size
+		}
+	}
+	store.bytes.Store(0)
+	ix, err := BuildKeyIndex(ctx, refLayout, a.Snapshot(), mustRowFiles(t, store, refLayout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read := store.bytes.Load(); read == 0 || read > size/4 {
+		t.Fatalf("the build read %d bytes of %d bytes of data files: want under a quarter", read, size)
+	}
+	whole := wholeStore{storage.NewLocal(dir)}
+	ref, err := BuildKeyIndex(ctx, refLayout, a.Snapshot(), mustRowFiles(t, whole, refLayout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Len() != n || ref.Len() != n {
+		t.Fatalf("indexes hold %d and %d keys, want %d", ix.Len(), ref.Len(), n)
+	}
+	for i := range n {
+		key := EncodeKey([]schema.Value{schema.Int(int64(i)), schema.Null}, refLayout.Key)
+		got, ok1 := ix.lookup(key)
+		want, ok2 := ref.lookup(key)
+		if !ok1 || !ok2 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("key %d: %+v %v, whole-file build %+v %v", i, got, ok1, want, ok2)
+		}
+	}
+}
+
+func mustRowFiles(t *testing.T, st storage.Storage, l *Layout) RowFiles {
+	t.Helper()
+	rf, err := NewParquetRowFiles(st, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}

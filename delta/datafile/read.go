@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -21,7 +23,7 @@ import (
 // file's own schema (physical names, the file's types). It is the plain
 // reader under Read, and what tests use to read reference files.
 func ReadParquet(ctx context.Context, data []byte) (arrow.RecordBatch, error) {
-	return readParquet(ctx, data, nil, nil)
+	return readParquet(ctx, bytes.NewReader(data), int64(len(data)), nil, nil)
 }
 
 // rowSelection asks readParquet for only the row groups holding rows
@@ -61,9 +63,10 @@ func (sel *rowSelection) groups(pr *file.Reader) ([]int, error) {
 	return groups, nil
 }
 
-// readParquet is ReadParquet reading only the top-level fields pick
-// returns (indexes into the file's fields; nil pick reads all).
-func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []int, sel *rowSelection) (rec arrow.RecordBatch, err error) {
+// readParquet is ReadParquet of the size bytes r reads, reading only the
+// top-level fields pick returns (indexes into the file's fields; nil pick
+// reads all) and the row groups sel asks for (nil: all).
+func readParquet(ctx context.Context, r parquet.ReaderAtSeeker, size int64, pick func([]arrow.Field) []int, sel *rowSelection) (rec arrow.RecordBatch, err error) {
 	// arrow-go's decoder can panic on a corrupt file (slice bounds, bad
 	// lengths); a corrupt data file must fail the read, not the process.
 	defer func() {
@@ -72,12 +75,12 @@ func readParquet(ctx context.Context, data []byte, pick func([]arrow.Field) []in
 		}
 	}()
 	mem := memory.DefaultAllocator
-	pr, err := file.NewParquetReader(bytes.NewReader(data))
+	pr, err := file.NewParquetReader(r)
 	if err != nil {
 		return nil, fmt.Errorf("open parquet: %w", err)
 	}
 	defer pr.Close()
-	if err := checkChunks(pr, int64(len(data))); err != nil {
+	if err := checkChunks(pr, size); err != nil {
 		return nil, fmt.Errorf("read parquet: corrupt file: %w", err)
 	}
 	// Ignore an Arrow schema the writer stored in the file (pyarrow and
@@ -305,11 +308,7 @@ func read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, o r
 	if err != nil {
 		return nil, err
 	}
-	data, err := st.Read(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("read data file: %w", err)
-	}
-	raw, err := readParquet(ctx, data, pick, sel)
+	raw, err := readDataFile(ctx, st, p, pick, sel)
 	if err != nil {
 		return nil, fmt.Errorf("read data file %s: %w", p, err)
 	}
@@ -335,6 +334,28 @@ func read(ctx context.Context, st storage.Storage, l Layout, add *delta.Add, o r
 		return nil, fmt.Errorf("read data file %s: %w", p, err)
 	}
 	return out, nil
+}
+
+// readDataFile reads the data file at p: the whole file when every
+// column of every row group is wanted, else only the footer and the
+// column chunks wanted, through the storage's range reads (a mapped local
+// file, ranged gets) when it has them. A key index build reads three
+// columns of every file of the table; reading whole files for them read
+// the table's every byte.
+func readDataFile(ctx context.Context, st storage.Storage, p string, pick func([]arrow.Field) []int, sel *rowSelection) (arrow.RecordBatch, error) {
+	if _, ranged := st.(storage.RangeReader); ranged && (pick != nil || sel != nil) {
+		f, err := storage.Open(ctx, st, p)
+		if err != nil {
+			return nil, fmt.Errorf("read data file: %w", err)
+		}
+		defer f.Close() // the record's buffers are copies: pqarrow reads chunks with ReadAt
+		return readParquet(ctx, io.NewSectionReader(f, 0, f.Size()), f.Size(), pick, sel)
+	}
+	data, err := st.Read(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read data file: %w", err)
+	}
+	return readParquet(ctx, bytes.NewReader(data), int64(len(data)), pick, sel)
 }
 
 // Conform maps a record read from a data file (file schema) to the
