@@ -142,7 +142,7 @@ func New(cfg Config) (*Generator, error) {
 		tbl:          tbl,
 		rng:          rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed_cafe_f00d)),
 		topic:        cfg.Topic(),
-		oracle:       &Oracle{tbl: tbl, keys: make([]keyState, cfg.Keys)},
+		oracle:       &Oracle{tbl: tbl, keys: newKeyStates(int(cfg.Keys))},
 		lsn:          cfg.StartLSN,
 		lastCommit:   cfg.StartLSN,
 		txID:         1000,
@@ -151,9 +151,6 @@ func New(cfg Config) (*Generator, error) {
 		pendingByKey: map[int64]*pendingRec{},
 		ring:         make([]*Event, max(cfg.ReplayLength, 1)),
 		offsets:      make([]int64, cfg.Partitions),
-	}
-	for i := range g.oracle.keys {
-		g.oracle.keys[i].pos = -1
 	}
 	g.enc = newEncoder(&g.cfg, tbl)
 	return g, nil
@@ -227,7 +224,7 @@ func (g *Generator) step() bool {
 func (g *Generator) snapshotRead() {
 	g.snapshotted++
 	id := g.snapshotted
-	s := &g.oracle.keys[id-1]
+	s := g.oracle.keys.at(int(id - 1))
 	s.flags = fExists | fNullFirst
 	s.first, s.lsn = 0, g.cfg.StartLSN
 	s.valStamp, s.docStamp = g.cfg.StartLSN, g.cfg.StartLSN
@@ -275,7 +272,7 @@ func (g *Generator) unlist(id int64, s *keyState) {
 	}
 	last := (*list)[len(*list)-1]
 	(*list)[s.pos] = last
-	g.oracle.keys[last-1].pos = s.pos
+	g.oracle.keys.at(int(last - 1)).pos = s.pos
 	*list = (*list)[:len(*list)-1]
 	s.pos = -1
 }
@@ -285,7 +282,7 @@ func (g *Generator) pickLive() int64 {
 		hot := min(g.cfg.HotKeys, g.cfg.Keys)
 		for range 4 {
 			id := 1 + g.rng.Int64N(hot)
-			if s := &g.oracle.keys[id-1]; s.flags&fExists != 0 && s.flags&fDeleted == 0 {
+			if s := g.oracle.keys.at(int(id - 1)); s.flags&fExists != 0 && s.flags&fDeleted == 0 {
 				return id
 			}
 		}
@@ -307,7 +304,7 @@ func (g *Generator) chooseOp() (debezium.Op, int64) {
 	if op == debezium.OpDelete && g.cfg.UnknownDeletes > 0 && g.rng.Float64() < g.cfg.UnknownDeletes {
 		id := g.nextUnknown
 		g.nextUnknown++
-		g.oracle.keys = append(g.oracle.keys, keyState{pos: -1})
+		g.oracle.keys.add()
 		return op, id
 	}
 	if op != debezium.OpCreate && len(g.live) == 0 {
@@ -342,7 +339,7 @@ func (g *Generator) streamChange() {
 	g.streamed++
 	g.lsn += 8 * uint64(5+g.rng.IntN(30))
 	op, id := g.chooseOp()
-	s := &g.oracle.keys[id-1]
+	s := g.oracle.keys.at(int(id - 1))
 	ch := &Change{Op: op, ID: id, Seq: pgSequence(g.lastCommit, g.lsn, false), SourceTsMs: g.txTs.UnixMilli(), TxID: g.txID}
 	c := &g.oracle.counts
 	switch op {

@@ -360,3 +360,26 @@ func TestNextSnapshotSplitsTheStream(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyStatesGrowInChunks: states added past a chunk keep their place
+// (a pointer taken before stays the state), new ones start in neither
+// list, and growing never copies what is there.
+func TestKeyStatesGrowInChunks(t *testing.T) {
+	k := newKeyStates(keyChunk - 2)
+	first, last := k.at(0), k.at(keyChunk-3)
+	first.lsn, last.lsn = 7, 9
+	for range 5 {
+		k.add()
+	}
+	if k.len() != keyChunk+3 || len(k.chunks) != 2 {
+		t.Fatalf("%d states in %d chunks, want %d in 2", k.len(), len(k.chunks), keyChunk+3)
+	}
+	if k.at(0) != first || k.at(keyChunk-3) != last || first.lsn != 7 || last.lsn != 9 {
+		t.Fatal("a state moved when the states grew")
+	}
+	for i := keyChunk - 5; i < k.len(); i++ {
+		if s := k.at(i); s.pos != -1 || s.flags != 0 || (i != keyChunk-3 && s.lsn != 0) {
+			t.Fatalf("state %d: %+v", i, *s)
+		}
+	}
+}

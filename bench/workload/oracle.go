@@ -15,6 +15,42 @@ type keyState struct {
 	flags              uint8
 }
 
+// keyStates holds the keys' states by id-1 in chunks of keyChunk: the
+// stream's keys past the table's (deletes of keys the source never had)
+// add a chunk when they need one, where one slice of 10M states (400 MB)
+// was copied whole by the first such delete, a pause of seconds for the
+// producer of a paced run on this VM (its fresh memory is slow to touch).
+type keyStates struct {
+	chunks [][]keyState
+	n      int
+}
+
+const keyChunk = 1 << 20
+
+// newKeyStates returns n states, each in neither list (pos -1).
+func newKeyStates(n int) keyStates {
+	var k keyStates
+	for range n {
+		k.add()
+	}
+	return k
+}
+
+// len is the number of states.
+func (k *keyStates) len() int { return k.n }
+
+// at returns state i (id-1); it stays where it is while states are added.
+func (k *keyStates) at(i int) *keyState { return &k.chunks[i/keyChunk][i%keyChunk] }
+
+// add appends a state in neither list.
+func (k *keyStates) add() {
+	if k.n == len(k.chunks)*keyChunk {
+		k.chunks = append(k.chunks, make([]keyState, keyChunk))
+	}
+	k.at(k.n).pos = -1
+	k.n++
+}
+
 const (
 	fExists    uint8 = 1 << iota // some change of the key was generated
 	fDeleted                     // the latest change is a delete
@@ -62,7 +98,7 @@ func (c Counts) SkippedRecords() int64 { return c.TableRecords - c.ChangeRecords
 // it: they are already accounted for).
 type Oracle struct {
 	tbl    *table
-	keys   []keyState // by id-1
+	keys   keyStates // by id-1
 	counts Counts
 }
 
@@ -82,10 +118,10 @@ type Row struct {
 }
 
 func (o *Oracle) state(id int64) *keyState {
-	if id < 1 || id > int64(len(o.keys)) {
+	if id < 1 || id > int64(o.keys.len()) {
 		return nil
 	}
-	s := &o.keys[id-1]
+	s := o.keys.at(int(id - 1))
 	if s.flags&fExists == 0 {
 		return nil
 	}
@@ -95,8 +131,8 @@ func (o *Oracle) state(id int64) *keyState {
 // Len returns the number of rows the table must hold, tombstones included.
 func (o *Oracle) Len() int64 {
 	var n int64
-	for i := range o.keys {
-		if o.keys[i].flags&fExists != 0 {
+	for i := range o.keys.len() {
+		if o.keys.at(i).flags&fExists != 0 {
 			n++
 		}
 	}
@@ -104,7 +140,7 @@ func (o *Oracle) Len() int64 {
 }
 
 // MaxID is the largest key id the stream may have used.
-func (o *Oracle) MaxID() int64 { return int64(len(o.keys)) }
+func (o *Oracle) MaxID() int64 { return int64(o.keys.len()) }
 
 // Row returns the expected row of key id, false if the table must not
 // hold it.
@@ -126,7 +162,7 @@ func (o *Oracle) Row(id int64) (Row, bool) {
 
 // Rows calls f with every expected row in key order until f returns false.
 func (o *Oracle) Rows(f func(Row) bool) {
-	for i := range o.keys {
+	for i := range o.keys.len() {
 		if r, ok := o.Row(int64(i) + 1); ok && !f(r) {
 			return
 		}
