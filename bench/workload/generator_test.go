@@ -361,25 +361,36 @@ func TestNextSnapshotSplitsTheStream(t *testing.T) {
 	}
 }
 
-// TestKeyStatesGrowInChunks: states added past a chunk keep their place
-// (a pointer taken before stays the state), new ones start in neither
-// list, and growing never copies what is there.
+// TestKeyStatesGrowInChunks: states added past the table's keep their
+// place and the table's (a pointer taken before stays the state), new
+// ones start in neither list, growing never copies what is there, and a
+// small workload's states stay small.
 func TestKeyStatesGrowInChunks(t *testing.T) {
-	k := newKeyStates(keyChunk - 2)
-	first, last := k.at(0), k.at(keyChunk-3)
+	const n = 20_000
+	k := newKeyStates(n)
+	if k.chunk != 2500 {
+		t.Fatalf("chunks of %d states for a table of %d keys, want 2500", k.chunk, n)
+	}
+	first, last := k.at(0), k.at(n-1)
 	first.lsn, last.lsn = 7, 9
-	for range 5 {
+	k.add()
+	past := k.at(n)
+	past.lsn = 11
+	for range 2*k.chunk + 3 {
 		k.add()
 	}
-	if k.len() != keyChunk+3 || len(k.chunks) != 2 {
-		t.Fatalf("%d states in %d chunks, want %d in 2", k.len(), len(k.chunks), keyChunk+3)
+	if k.len() != n+2*k.chunk+4 || len(k.more) != 3 || cap(k.table) != n {
+		t.Fatalf("%d states, %d chunks past %d: want %d and 3 past %d", k.len(), len(k.more), cap(k.table), n+2*k.chunk+4, n)
 	}
-	if k.at(0) != first || k.at(keyChunk-3) != last || first.lsn != 7 || last.lsn != 9 {
+	if k.at(0) != first || k.at(n-1) != last || k.at(n) != past || first.lsn != 7 || last.lsn != 9 || past.lsn != 11 {
 		t.Fatal("a state moved when the states grew")
 	}
-	for i := keyChunk - 5; i < k.len(); i++ {
-		if s := k.at(i); s.pos != -1 || s.flags != 0 || (i != keyChunk-3 && s.lsn != 0) {
+	for i := n - 5; i < k.len(); i++ {
+		if s := k.at(i); s.pos != -1 || s.flags != 0 || (i != n-1 && i != n && s.lsn != 0) {
 			t.Fatalf("state %d: %+v", i, *s)
 		}
+	}
+	if small := newKeyStates(10); small.chunk != 1024 || len(small.table) != 10 {
+		t.Fatalf("10 keys: %d states, chunks of %d", len(small.table), small.chunk)
 	}
 }

@@ -15,23 +15,28 @@ type keyState struct {
 	flags              uint8
 }
 
-// keyStates holds the keys' states by id-1 in chunks of keyChunk: the
-// stream's keys past the table's (deletes of keys the source never had)
-// add a chunk when they need one, where one slice of 10M states (400 MB)
-// was copied whole by the first such delete, a pause of seconds for the
-// producer of a paced run on this VM (its fresh memory is slow to touch).
+// keyStates holds the keys' states by id-1: the table's keys in one
+// slice of their exact number, and the stream's keys past them (deletes of
+// keys the source never had) in chunks of an eighth of that (at least
+// 1,024, at most keyChunk), added as needed. With one slice, the first
+// such delete copied all the states (400 MB at 10M keys), a pause of
+// seconds for the producer of a paced run on this VM (its fresh memory is
+// slow to touch); with chunks of a fixed large size, every small workload
+// paid for a large first chunk.
 type keyStates struct {
-	chunks [][]keyState
-	n      int
+	table []keyState   // the table's keys
+	more  [][]keyState // the keys past them, chunk by chunk
+	chunk int          // the length of each of more
+	n     int
 }
 
 const keyChunk = 1 << 20
 
 // newKeyStates returns n states, each in neither list (pos -1).
 func newKeyStates(n int) keyStates {
-	var k keyStates
-	for range n {
-		k.add()
+	k := keyStates{table: make([]keyState, n), chunk: min(max(n/8, 1024), keyChunk), n: n}
+	for i := range k.table {
+		k.table[i].pos = -1
 	}
 	return k
 }
@@ -40,12 +45,18 @@ func newKeyStates(n int) keyStates {
 func (k *keyStates) len() int { return k.n }
 
 // at returns state i (id-1); it stays where it is while states are added.
-func (k *keyStates) at(i int) *keyState { return &k.chunks[i/keyChunk][i%keyChunk] }
+func (k *keyStates) at(i int) *keyState {
+	if i < len(k.table) {
+		return &k.table[i]
+	}
+	i -= len(k.table)
+	return &k.more[i/k.chunk][i%k.chunk]
+}
 
 // add appends a state in neither list.
 func (k *keyStates) add() {
-	if k.n == len(k.chunks)*keyChunk {
-		k.chunks = append(k.chunks, make([]keyState, keyChunk))
+	if k.n == len(k.table)+len(k.more)*k.chunk {
+		k.more = append(k.more, make([]keyState, k.chunk))
 	}
 	k.at(k.n).pos = -1
 	k.n++
