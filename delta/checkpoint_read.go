@@ -95,6 +95,33 @@ func readCheckpointActions(ctx context.Context, store storage.Storage, version i
 // decoding only the remove and sidecar columns of a Parquet file, a row
 // group at a time: a spilled snapshot's read-back (Snapshot.spill).
 func eachCheckpointRemove(ctx context.Context, store storage.Storage, version int64, paths []string, fn func(*Remove) bool) error {
+	return eachCheckpointRemoveGroup(ctx, store, version, paths, func(rms []*Remove, _ *ckptGroup) bool {
+		for _, r := range rms {
+			if !fn(r) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// ckptGroup is one row group of a Parquet checkpoint file being read
+// back, for a new checkpoint to copy whole instead of encoding its rows
+// again (ckptWriter.splice).
+type ckptGroup struct {
+	path  string               // the file's storage path
+	index int                  // the group's index in the file
+	meta  *format.FileMetaData // the file's footer: its schema and the group's chunks
+	// removesOnly: every row of the group is a remove without stats
+	// (tombstones as this package's writer keeps them), so the group
+	// holds exactly the removes read from it.
+	removesOnly bool
+}
+
+// eachCheckpointRemoveGroup is eachCheckpointRemove a group of removes
+// at a time: each row group of a Parquet file with its place (g), every
+// remove of a JSON file with g nil.
+func eachCheckpointRemoveGroup(ctx context.Context, store storage.Storage, version int64, paths []string, fn func(rms []*Remove, g *ckptGroup) bool) error {
 	if err := ckptCheckFiles(version, paths); err != nil {
 		return err
 	}
@@ -102,7 +129,9 @@ func eachCheckpointRemove(ctx context.Context, store storage.Storage, version in
 	more := true
 	visit := func(p string, top bool) error {
 		var bad error
-		each := func(acts []Action) bool {
+		var rms []*Remove
+		each := func(acts []Action, g *ckptGroup) bool {
+			rms = rms[:0]
 			for _, a := range acts {
 				switch {
 				case a.Sidecar != nil && top:
@@ -111,12 +140,21 @@ func eachCheckpointRemove(ctx context.Context, store storage.Storage, version in
 					bad = fmt.Errorf("sidecar %s names another sidecar", p)
 					return false
 				case a.Remove != nil:
-					if more = fn(a.Remove); !more {
-						return false
+					rms = append(rms, a.Remove)
+				}
+			}
+			if g != nil {
+				g.path = p
+				g.removesOnly = len(rms) == int(g.meta.RowGroups[g.index].NumRows)
+				for _, r := range rms {
+					if r.Stats != "" {
+						g.removesOnly = false
+						break
 					}
 				}
 			}
-			return true
+			more = fn(rms, g)
+			return more
 		}
 		if strings.HasSuffix(p, ".json") {
 			data, err := store.Read(ctx, p)
@@ -127,7 +165,7 @@ func eachCheckpointRemove(ctx context.Context, store storage.Storage, version in
 			if err != nil {
 				return fmt.Errorf("read checkpoint file %s: %w", p, err)
 			}
-			each(acts)
+			each(acts, nil)
 			return bad
 		}
 		// A Parquet file is read in parts where the storage can (mapped,
@@ -308,12 +346,12 @@ func ckptAppendRows(out []Action, rows []Action) []Action {
 // group's to fn until it returns false: a spilled snapshot's read-back
 // (Snapshot.spill), whose memory is then a row group's, not the file's
 // (this package writes checkpoints in groups of ckptRowGroup rows).
-func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action) bool) error {
+func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action, *ckptGroup) bool) error {
 	return ckptEachRowGroup(r, size, func(d *ckptDecoder, rows []Action) {
 		d.decodeRemove(rows)
 		d.decodeSidecar(rows)
-	}, func(_ *ckptDecoder, rows []Action) bool {
-		return fn(ckptAppendRows(make([]Action, 0, len(rows)), rows))
+	}, func(d *ckptDecoder, rows []Action) bool {
+		return fn(ckptAppendRows(make([]Action, 0, len(rows)), rows), &ckptGroup{index: d.group, meta: d.meta})
 	})
 }
 
@@ -329,8 +367,9 @@ func ckptEachRowGroup(r io.ReaderAt, size int64, decode func(*ckptDecoder, []Act
 		return err
 	}
 	dropper, _ := r.(storage.ResidentDropper)
-	for _, rg := range f.RowGroups() {
+	for i, rg := range f.RowGroups() {
 		d := newCkptDecoder(f.Root(), rg, int(rg.NumRows()))
+		d.group, d.meta = i, f.Metadata()
 		rows := make([]Action, d.nrows)
 		if err := ckptRecover(func() error { decode(d, rows); return d.err }); err != nil {
 			return err
@@ -420,6 +459,9 @@ type ckptDecoder struct {
 	// rg, when set, limits the decoder to one row group: nrows are its.
 	rg    parquet.RowGroup
 	nrows int
+	// group is rg's index in the file, whose footer is meta.
+	group int
+	meta  *format.FileMetaData
 	buf   []parquet.Value
 	// intern shares the strings that repeat on most rows (partition column
 	// names, low-cardinality partition values, deletion vector storage

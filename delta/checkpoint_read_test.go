@@ -518,7 +518,7 @@ func FuzzCheckpointDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The removes-only read (a spilled snapshot's, by row group) must
 		// fail as cleanly as the full one.
-		_ = ckptEachRemoveRowGroup(bytes.NewReader(data), int64(len(data)), func(acts []Action) bool {
+		_ = ckptEachRemoveRowGroup(bytes.NewReader(data), int64(len(data)), func(acts []Action, _ *ckptGroup) bool {
 			for _, a := range acts {
 				if a.Remove == nil && a.Sidecar == nil {
 					t.Fatalf("removes-only read decoded %+v", a)

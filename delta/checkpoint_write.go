@@ -82,11 +82,14 @@ func writeCheckpointCutoff(ctx context.Context, store storage.Storage, snap *Sna
 	size, err := storage.WriteFrom(ctx, store, p, true, func(w io.Writer) error {
 		cw := newCkptWriter(w)
 		var err error
-		if nAdd, nRemove, err = checkpointRows(ctx, snap, cutoff, cw.add); err != nil {
+		if nAdd, nRemove, err = checkpointRows(ctx, snap, cutoff, cw.add, cw.splice); err != nil {
+			return err
+		}
+		if err := cw.finish(ctx, store); err != nil {
 			return err
 		}
 		rows = cw.rows
-		return cw.finish()
+		return nil
 	})
 	if err != nil && !errors.Is(err, storage.ErrExist) {
 		return "", 0, fmt.Errorf("write checkpoint %d: %w", snap.Version, err)
@@ -130,9 +133,11 @@ func (t *Table) writeCheckpointOf(ctx context.Context, snap *Snapshot, cutoff in
 // order: protocol, metaData, (checkpointMetadata), txns and domains by
 // name, adds by path, the tombstones held in memory by path, then those
 // of the checkpoint the snapshot spilled to, read back as they come;
-// only tombstones deleted at or after minDeletion (Unix ms). It returns
-// the number of adds and of removes.
-func checkpointRows(ctx context.Context, snap *Snapshot, minDeletion int64, emit func(*Action) error) (nAdd, nRemove int, err error) {
+// only tombstones deleted at or after minDeletion (Unix ms). A row group
+// of the spilled checkpoint whose removes are all kept goes to splice
+// instead, when it is not nil and takes it (copied whole into the new
+// checkpoint). It returns the number of adds and of removes.
+func checkpointRows(ctx context.Context, snap *Snapshot, minDeletion int64, emit func(*Action) error, splice func(*ckptGroup) bool) (nAdd, nRemove int, err error) {
 	p, m := snap.Protocol, snap.Metadata
 	head := []Action{{Protocol: &p}, {Metadata: &m}}
 	// A table with V2 checkpoints enabled may still use the classic name,
@@ -188,12 +193,18 @@ func checkpointRows(ctx context.Context, snap *Snapshot, minDeletion int64, emit
 		return nAdd, nRemove, nil
 	}
 	var emitErr error
-	err = snap.rangeSpilled(ctx, func(r *Remove) bool {
-		if kept(r) {
-			if emitErr = emit(&Action{Remove: r}); emitErr != nil {
-				return false
+	err = snap.rangeSpilledGroups(ctx, func(rms []*Remove, g *ckptGroup) bool {
+		if g != nil && splice != nil && !slices.ContainsFunc(rms, func(r *Remove) bool { return !kept(r) }) && splice(g) {
+			nRemove += len(rms)
+			return true
+		}
+		for _, r := range rms {
+			if kept(r) {
+				if emitErr = emit(&Action{Remove: r}); emitErr != nil {
+					return false
+				}
+				nRemove++
 			}
-			nRemove++
 		}
 		return true
 	})
@@ -247,22 +258,40 @@ var ckptRowGroup = 65536
 // TestEncodeCheckpointMatchesReflection keeps the two writers' output equal.
 type ckptWriter struct {
 	w       *parquet.Writer
+	out     *ckptOut // what w writes to
+	spliced []*ckptGroup
 	e       ckptEncoder
 	ncol    int
-	rows    int // rows added
-	batched int // rows in e.cols not yet handed to the column writers
-	grouped int // rows in the current row group
+	rows    int  // rows added
+	batched int  // rows in e.cols not yet handed to the column writers
+	grouped int  // rows in the current row group
+	removes bool // a remove was added: the rows are removes from here on
 }
 
 func newCkptWriter(w io.Writer) *ckptWriter {
 	ncol := len(ckptSchema.Columns())
-	cw := &ckptWriter{ncol: ncol, e: ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}}
-	cw.w = parquet.NewWriter(w, ckptSchema, parquet.Compression(&parquet.Snappy))
+	cw := &ckptWriter{ncol: ncol, e: ckptEncoder{cols: make([][]parquet.Value, ncol), absent: ckptAbsent}, out: &ckptOut{w: w}}
+	cw.w = parquet.NewWriter(cw.out, ckptSchema, parquet.Compression(&parquet.Snappy))
 	return cw
 }
 
 // add encodes one action as a row.
 func (cw *ckptWriter) add(a *Action) error {
+	// The removes (which come last) start a row group of their own, so
+	// that the next checkpoint can copy their full groups whole (splice)
+	// rather than finding each beside the adds.
+	if a.Remove != nil && !cw.removes {
+		cw.removes = true
+		if cw.grouped > 0 {
+			if err := cw.flushBatch(); err != nil {
+				return err
+			}
+			if err := cw.w.Flush(); err != nil {
+				return fmt.Errorf("encode checkpoint: %w", err)
+			}
+			cw.grouped = 0
+		}
+	}
 	cw.e.col = 0
 	cw.e.action(a)
 	if cw.e.col != cw.ncol {
@@ -299,10 +328,14 @@ func (cw *ckptWriter) flushBatch() error {
 	return nil
 }
 
-// finish writes the last row group and the footer.
-func (cw *ckptWriter) finish() error {
+// finish writes the last row group and the footer; with row groups to
+// splice, it copies them after the encoded ones (finishSpliced).
+func (cw *ckptWriter) finish(ctx context.Context, store storage.Storage) error {
 	if err := cw.flushBatch(); err != nil {
 		return err
+	}
+	if len(cw.spliced) > 0 {
+		return cw.finishSpliced(ctx, store)
 	}
 	if err := cw.w.Close(); err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)

@@ -957,7 +957,7 @@ func checkpointActions(ctx context.Context, snap *Snapshot, minDeletion int64) (
 	nAdd, nRemove, err = checkpointRows(ctx, snap, minDeletion, func(a *Action) error {
 		acts = append(acts, *a)
 		return nil
-	})
+	}, nil)
 	return acts, nAdd, nRemove, err
 }
 
@@ -970,7 +970,7 @@ func encodeCheckpoint(acts []Action) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if err := w.finish(); err != nil {
+	if err := w.finish(context.Background(), nil); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
@@ -1008,7 +1008,7 @@ func TestCkptWriterStreamsRowGroups(t *testing.T) {
 			atGroup = append(atGroup, sink.n)
 		}
 	}
-	if err := cw.finish(); err != nil {
+	if err := cw.finish(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	total := sink.n

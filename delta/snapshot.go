@@ -156,19 +156,43 @@ func (s *Snapshot) rangeTombstones(ctx context.Context, f func(*Remove) bool) er
 // later action superseded nor the writer's last checkpoint expired, until
 // f returns false.
 func (s *Snapshot) rangeSpilled(ctx context.Context, f func(*Remove) bool) error {
-	return s.spill.each(ctx, func(k FileKey, r *Remove) bool {
-		if s.tombstoneCutoff > 0 && (r.DeletionTimestamp == nil || *r.DeletionTimestamp < s.tombstoneCutoff) {
-			return true
+	return s.rangeSpilledGroups(ctx, func(rms []*Remove, _ *ckptGroup) bool {
+		for _, r := range rms {
+			if !f(r) {
+				return false
+			}
 		}
-		// A later add of the same file cancels the remove; a later
-		// remove, held in memory, replaces it.
-		if _, live := s.files.get(k); live {
-			return true
+		return true
+	})
+}
+
+// rangeSpilledGroups is rangeSpilled a group at a time: rms are the kept
+// removes of one row group of the spilled checkpoint (or of a JSON file),
+// and g is that group when it holds removes only and every one of them
+// is kept, so that it can be copied whole; else nil.
+func (s *Snapshot) rangeSpilledGroups(ctx context.Context, f func(rms []*Remove, g *ckptGroup) bool) error {
+	var kept []*Remove
+	return s.spill.eachGroup(ctx, func(rms []*Remove, g *ckptGroup) bool {
+		kept = kept[:0]
+		for _, r := range rms {
+			if s.tombstoneCutoff > 0 && (r.DeletionTimestamp == nil || *r.DeletionTimestamp < s.tombstoneCutoff) {
+				continue
+			}
+			// A later add of the same file cancels the remove; a later
+			// remove, held in memory, replaces it.
+			k := keyOf(r.Key())
+			if _, live := s.files.get(k); live {
+				continue
+			}
+			if _, newer := s.tombstones.get(k); newer {
+				continue
+			}
+			kept = append(kept, tombstone(r))
 		}
-		if _, newer := s.tombstones.get(k); newer {
-			return true
+		if g != nil && (!g.removesOnly || len(kept) != len(rms)) {
+			g = nil
 		}
-		return f(r)
+		return f(kept, g)
 	})
 }
 
@@ -200,12 +224,10 @@ type spilledTombstones struct {
 	n       int      // removes it holds
 }
 
-// each reads the checkpoint back and calls f for each of its removes
-// until f returns false.
-func (sp *spilledTombstones) each(ctx context.Context, f func(FileKey, *Remove) bool) error {
-	err := eachCheckpointRemove(ctx, sp.store, sp.version, sp.paths, func(r *Remove) bool {
-		return f(keyOf(r.Key()), tombstone(r))
-	})
+// eachGroup reads the checkpoint back and calls f with its removes a row
+// group at a time (eachCheckpointRemoveGroup) until f returns false.
+func (sp *spilledTombstones) eachGroup(ctx context.Context, f func([]*Remove, *ckptGroup) bool) error {
+	err := eachCheckpointRemoveGroup(ctx, sp.store, sp.version, sp.paths, f)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotExist) {
 			return fmt.Errorf("read the removes of checkpoint %d: %w: %w", sp.version, errSpillGone, err)

@@ -77,6 +77,7 @@ func TestTombstonesSpillToCheckpoint(t *testing.T) {
 			removedAdds := map[string]*Add{}
 			lastCkpt := int64(-1)
 			spilled := false
+			copied := 0
 			const commits = 60
 			for i := 1; i <= commits; i++ {
 				now = now.Add(4 * time.Minute)
@@ -127,6 +128,11 @@ func TestTombstonesSpillToCheckpoint(t *testing.T) {
 					if got := removesIn(t, store, c.Version); !reflect.DeepEqual(got, model) {
 						t.Fatalf("checkpoint %d holds removes %v, want %v", c.Version, sortedKeys(got), sortedKeys(model))
 					}
+					copiedGroups, copiedRows, encoded := ckptCopied(t, store, c.Version)
+					if copiedRows+encoded != len(model) {
+						t.Fatalf("checkpoint %d: %d removes copied in %d groups and %d encoded, %d kept", c.Version, copiedRows, copiedGroups, encoded, len(model))
+					}
+					copied += copiedRows
 					lastCkpt = c.Version
 				}
 				snap = c.Snapshot
@@ -168,6 +174,9 @@ func TestTombstonesSpillToCheckpoint(t *testing.T) {
 			}
 			if !spilled || lastCkpt < 50 {
 				t.Fatalf("no removes spilled (last checkpoint %d): the test exercised nothing", lastCkpt)
+			}
+			if copied == 0 {
+				t.Fatal("no checkpoint copied a row group of removes from the one before: the test exercised only encoding")
 			}
 		})
 	}
@@ -332,4 +341,140 @@ func ckptRowGroups(t *testing.T, store storage.Storage, version int64) int {
 		t.Fatal(err)
 	}
 	return len(f.RowGroups())
+}
+
+// ckptCopied counts the row groups of a checkpoint file that were copied
+// from the previous checkpoint (ckptWriter.splice: no page index, which
+// parquet-go writes for every group it encodes) and their rows, and the
+// removes encoded in the file's other groups.
+func ckptCopied(t *testing.T, store storage.Storage, version int64) (groups, rows, encodedRemoves int) {
+	t.Helper()
+	data, err := store.Read(context.Background(), ckptClassicPath(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckptOpenParquet(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	encoded := 0
+	for _, rg := range f.Metadata().RowGroups {
+		indexed := false
+		for _, c := range rg.Columns {
+			indexed = indexed || c.ColumnIndexOffset > 0 || c.OffsetIndexOffset > 0
+		}
+		if indexed {
+			encoded += int(rg.NumRows)
+			continue
+		}
+		groups++
+		rows += int(rg.NumRows)
+	}
+	acts, err := readCheckpoint(context.Background(), store, version, []string{ckptClassicPath(version)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removes := 0
+	for _, a := range acts {
+		if a.Remove != nil {
+			removes++
+		}
+	}
+	return groups, rows, removes - rows
+}
+
+// TestCheckpointCopiesTombstoneGroups: at a retention nothing expires
+// within, a merge-on-read shaped stream (each commit moves three files to
+// a new deletion vector: a remove of the old one, an add of the same path
+// with the new one) piles up tombstones that share their paths with live
+// files. Each checkpoint must hold exactly the model's removes (path and
+// deletion vector), a fresh load must find them, and the removes each
+// checkpoint encodes must stay about a row group and the commits since the
+// last checkpoint, whatever the retention holds: the rest are copied whole
+// from the previous checkpoint. Without the copy the encoded removes grow
+// to every tombstone (300 here).
+func TestCheckpointCopiesTombstoneGroups(t *testing.T) {
+	defer func(n int) { ckptRowGroup = n }(ckptRowGroup)
+	ckptRowGroup = 8
+	ctx := context.Background()
+	store := storage.NewLocal(t.TempDir())
+	now := time.UnixMilli(1_800_000_000_000)
+	tbl := Open(store, Clock(func() time.Time { return now }))
+	tx := tbl.Begin(nil)
+	tx.SetProtocol(Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
+		ReaderFeatures: []string{FeatureDeletionVectors}, WriterFeatures: []string{FeatureDeletionVectors}})
+	tx.SetMetadata(testMetadata(map[string]string{"delta.checkpointInterval": "5", "delta.enableDeletionVectors": "true"}))
+	for i := range 4 {
+		tx.Add(fakeAdd(fmt.Sprintf("data-%d", i)))
+	}
+	c, err := tx.Commit(ctx, "CREATE TABLE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := c.Snapshot
+	const perCommit, commits = 3, 100
+	model := map[FileKey]int64{}
+	maxEncoded, checkpoints := 0, 0
+	for i := 1; i <= commits; i++ {
+		now = now.Add(time.Minute)
+		tx := tbl.Begin(snap)
+		files := snap.Files()
+		sort.Slice(files, func(a, b int) bool { return files[a].Path < files[b].Path })
+		for j := range perCommit {
+			old := files[(i+j)%len(files)]
+			tx.RemoveFile(old, true)
+			model[old.Key()] = now.UnixMilli()
+			moved := *old
+			off := int32(i*10 + j)
+			moved.DeletionVector = &DeletionVector{StorageType: "u", PathOrInlineDv: fmt.Sprintf("dv%07d", i), Offset: &off, SizeInBytes: 40, Cardinality: int64(i)}
+			tx.Add(&moved)
+		}
+		if c, err = tx.Commit(ctx, "MERGE", nil); err != nil {
+			t.Fatal(err)
+		}
+		if c.CheckpointErr != nil {
+			t.Fatalf("checkpoint at %d: %v", c.Version, c.CheckpointErr)
+		}
+		snap = c.Snapshot
+		if !c.Checkpointed {
+			continue
+		}
+		checkpoints++
+		acts, err := readCheckpoint(ctx, store, c.Version, []string{ckptClassicPath(c.Version)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[FileKey]int64{}
+		for _, a := range acts {
+			if r := a.Remove; r != nil {
+				if _, dup := got[r.Key()]; dup {
+					t.Fatalf("checkpoint %d holds %v twice", c.Version, r.Key())
+				}
+				got[r.Key()] = *r.DeletionTimestamp
+			}
+		}
+		if !reflect.DeepEqual(got, model) {
+			t.Fatalf("checkpoint %d holds %d removes, want the model's %d", c.Version, len(got), len(model))
+		}
+		fresh, err := Open(store).Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameState(t, fmt.Sprintf("checkpoint %d reloaded", c.Version), fresh, snap)
+		_, copied, encoded := ckptCopied(t, store, c.Version)
+		if copied+encoded != len(model) {
+			t.Fatalf("checkpoint %d: %d copied + %d encoded removes, %d held", c.Version, copied, encoded, len(model))
+		}
+		maxEncoded = max(maxEncoded, encoded)
+		// Encoded: the removes of the commits since the last checkpoint
+		// (held in memory), the previous checkpoint's last, small group
+		// and the tail of the group they fill.
+		if limit := 5*perCommit + 2*ckptRowGroup; encoded > limit {
+			t.Fatalf("checkpoint %d encoded %d of its %d removes (copied %d); want at most %d", c.Version, encoded, len(model), copied, limit)
+		}
+	}
+	if checkpoints < 19 || len(model) != commits*perCommit {
+		t.Fatalf("%d checkpoints, %d tombstones: the test exercised too little", checkpoints, len(model))
+	}
+	t.Logf("%d checkpoints, %d tombstones at the end, at most %d encoded by one checkpoint", checkpoints, len(model), maxEncoded)
 }

@@ -51,6 +51,22 @@ func TestSpilledCheckpointReadByDeltalake(t *testing.T) {
 		if n := len(f.RowGroups()); n < 2 {
 			t.Fatalf("checkpoint %d has %d row group(s); the test needs several", v, n)
 		}
+		// Checkpoint 30 copies checkpoint 20's full group of removes
+		// whole (no page index: parquet-go writes one for every group it
+		// encodes); delta-rs must read it as any other.
+		copied := 0
+		for _, rg := range f.Metadata().RowGroups {
+			indexed := false
+			for _, c := range rg.Columns {
+				indexed = indexed || c.ColumnIndexOffset > 0 || c.OffsetIndexOffset > 0
+			}
+			if !indexed {
+				copied++
+			}
+		}
+		if want := map[int64]int{20: 0, 30: 1}[v]; copied != want {
+			t.Fatalf("checkpoint %d has %d row groups copied from the checkpoint before, want %d", v, copied, want)
+		}
 	}
 
 	snap, err := delta.Open(storage.NewLocal(o.root)).Snapshot(o.ctx)
