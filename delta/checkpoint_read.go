@@ -95,7 +95,7 @@ func readCheckpointActions(ctx context.Context, store storage.Storage, version i
 // decoding only the remove and sidecar columns of a Parquet file, a row
 // group at a time: a spilled snapshot's read-back (Snapshot.spill).
 func eachCheckpointRemove(ctx context.Context, store storage.Storage, version int64, paths []string, fn func(*Remove) bool) error {
-	return eachCheckpointRemoveGroup(ctx, store, version, paths, func(rms []*Remove, _ *ckptGroup) bool {
+	return eachCheckpointRemoveGroup(ctx, store, version, paths, false, func(rms []*Remove, _ *ckptGroup) bool {
 		for _, r := range rms {
 			if !fn(r) {
 				return false
@@ -116,12 +116,19 @@ type ckptGroup struct {
 	// (tombstones as this package's writer keeps them), so the group
 	// holds exactly the removes read from it.
 	removesOnly bool
+	// full, when the removes were read light (their keys and deletion
+	// times only), decodes the group's removes whole; it is valid only
+	// while the group is being handed over.
+	full func() ([]*Remove, error)
 }
 
 // eachCheckpointRemoveGroup is eachCheckpointRemove a group of removes
 // at a time: each row group of a Parquet file with its place (g), every
-// remove of a JSON file with g nil.
-func eachCheckpointRemoveGroup(ctx context.Context, store storage.Storage, version int64, paths []string, fn func(rms []*Remove, g *ckptGroup) bool) error {
+// remove of a JSON file with g nil. With light, a Parquet group's removes
+// hold only their path, deletion vector id, deletion time and whether they
+// carry stats (a non-empty Stats that is not theirs); g.full decodes them
+// whole.
+func eachCheckpointRemoveGroup(ctx context.Context, store storage.Storage, version int64, paths []string, light bool, fn func(rms []*Remove, g *ckptGroup) bool) error {
 	if err := ckptCheckFiles(version, paths); err != nil {
 		return err
 	}
@@ -176,7 +183,7 @@ func eachCheckpointRemoveGroup(ctx context.Context, store storage.Storage, versi
 			return fmt.Errorf("read checkpoint file: %w", err)
 		}
 		defer f.Close()
-		if err := ckptEachRemoveRowGroup(f, f.Size(), each); err != nil {
+		if err := ckptEachRemoveRowGroup(f, f.Size(), light, each); err != nil {
 			return fmt.Errorf("read checkpoint file %s: %w", p, err)
 		}
 		return bad
@@ -346,12 +353,36 @@ func ckptAppendRows(out []Action, rows []Action) []Action {
 // group's to fn until it returns false: a spilled snapshot's read-back
 // (Snapshot.spill), whose memory is then a row group's, not the file's
 // (this package writes checkpoints in groups of ckptRowGroup rows).
-func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, fn func([]Action, *ckptGroup) bool) error {
+// With light it decodes only what a new checkpoint needs to decide whether
+// to copy a group whole (decodeRemoveKeys), and the group's full decodes
+// the rest on demand.
+func ckptEachRemoveRowGroup(r io.ReaderAt, size int64, light bool, fn func([]Action, *ckptGroup) bool) error {
 	return ckptEachRowGroup(r, size, func(d *ckptDecoder, rows []Action) {
-		d.decodeRemove(rows)
+		if light {
+			d.decodeRemoveKeys(rows)
+		} else {
+			d.decodeRemove(rows)
+		}
 		d.decodeSidecar(rows)
 	}, func(d *ckptDecoder, rows []Action) bool {
-		return fn(ckptAppendRows(make([]Action, 0, len(rows)), rows), &ckptGroup{index: d.group, meta: d.meta})
+		g := &ckptGroup{index: d.group, meta: d.meta}
+		if light {
+			g.full = func() ([]*Remove, error) {
+				fd := newCkptDecoder(d.root, d.rg, d.nrows)
+				whole := make([]Action, d.nrows)
+				if err := ckptRecover(func() error { fd.decodeRemove(whole); return fd.err }); err != nil {
+					return nil, err
+				}
+				var out []*Remove
+				for _, a := range whole {
+					if a.Remove != nil {
+						out = append(out, a.Remove)
+					}
+				}
+				return out, nil
+			}
+		}
+		return fn(ckptAppendRows(make([]Action, 0, len(rows)), rows), g)
 	})
 }
 
@@ -966,6 +997,49 @@ func (d *ckptDecoder) decodeRemove(rows []Action) {
 	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { rms[i].DeletionVector = dv })
 	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { rms[i].BaseRowID = &n })
 	d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { rms[i].DefaultRowCommitVersion = &n })
+	for row, i := range idx {
+		if i >= 0 {
+			rows[row].Remove = &rms[i]
+		}
+	}
+}
+
+// decodeRemoveKeys is decodeRemove of what decides whether a new
+// checkpoint copies a group whole: each remove's path, deletion time and
+// deletion vector id (storage type, path or inline data, offset), and a
+// Stats of "\x00" where the row has stats (their value is not read).
+func (d *ckptDecoder) decodeRemoveKeys(rows []Action) {
+	col := d.root.Column("remove")
+	idx, n := d.present(col, nil)
+	if n == 0 {
+		return
+	}
+	rms := make([]Remove, n)
+	times := make([]int64, n) // one allocation, not one a row
+	d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
+	d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { times[i] = n; rms[i].DeletionTimestamp = &times[i] })
+	if stats, _ := d.present(pqChild(col, "stats"), idx); stats != nil {
+		for row, i := range idx {
+			if i >= 0 && stats[row] >= 0 {
+				rms[i].Stats = "\x00"
+			}
+		}
+	}
+	dvCol := pqChild(col, "deletionVector")
+	dvIdx, ndv := d.present(dvCol, idx)
+	if ndv > 0 {
+		dvs := make([]DeletionVector, ndv)
+		offsets := make([]int32, ndv)
+		d.internStr(pqChild(dvCol, "storageType"), dvIdx, func(i int32, s string) { dvs[i].StorageType = s })
+		d.str(pqChild(dvCol, "pathOrInlineDv"), dvIdx, func(i int32, s string) { dvs[i].PathOrInlineDv = s })
+		d.int(pqChild(dvCol, "offset"), dvIdx, func(i int32, n int64) { offsets[i] = int32(n); dvs[i].Offset = &offsets[i] })
+		if d.err != nil {
+			return
+		}
+		for i, p := range pqSlotParents(idx, dvIdx, ndv) {
+			rms[p].DeletionVector = &dvs[i]
+		}
+	}
 	for row, i := range idx {
 		if i >= 0 {
 			rows[row].Remove = &rms[i]

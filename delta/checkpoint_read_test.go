@@ -518,14 +518,38 @@ func FuzzCheckpointDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The removes-only read (a spilled snapshot's, by row group) must
 		// fail as cleanly as the full one.
-		_ = ckptEachRemoveRowGroup(bytes.NewReader(data), int64(len(data)), func(acts []Action, _ *ckptGroup) bool {
-			for _, a := range acts {
-				if a.Remove == nil && a.Sidecar == nil {
-					t.Fatalf("removes-only read decoded %+v", a)
+		// Read light (keys and deletion times), a group's whole decode must
+		// give the same removes with the rest of their fields.
+		for _, light := range []bool{false, true} {
+			_ = ckptEachRemoveRowGroup(bytes.NewReader(data), int64(len(data)), light, func(acts []Action, g *ckptGroup) bool {
+				var keys []*Remove
+				for _, a := range acts {
+					if a.Remove == nil && a.Sidecar == nil {
+						t.Fatalf("removes-only read decoded %+v", a)
+					}
+					if a.Remove != nil {
+						keys = append(keys, a.Remove)
+					}
 				}
-			}
-			return true
-		})
+				if !light || g.full == nil {
+					return true
+				}
+				whole, err := g.full()
+				if err != nil {
+					return false
+				}
+				if len(whole) != len(keys) {
+					t.Fatalf("light read %d removes, whole %d", len(keys), len(whole))
+				}
+				for i, r := range whole {
+					k := keys[i]
+					if r.Key() != k.Key() || !reflect.DeepEqual(r.DeletionTimestamp, k.DeletionTimestamp) || (r.Stats != "") != (k.Stats != "") {
+						t.Fatalf("remove %d read light %+v, whole %+v", i, k, r)
+					}
+				}
+				return true
+			})
+		}
 		acts, err := decodeCkptBytes(data)
 		// The load's read, which counts the removes instead of decoding
 		// them, must agree with the full one on everything else.

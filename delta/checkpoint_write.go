@@ -192,12 +192,18 @@ func checkpointRows(ctx context.Context, snap *Snapshot, minDeletion int64, emit
 	if snap.spill == nil {
 		return nAdd, nRemove, nil
 	}
-	var emitErr error
-	err = snap.rangeSpilledGroups(ctx, func(rms []*Remove, g *ckptGroup) bool {
-		if g != nil && splice != nil && !slices.ContainsFunc(rms, func(r *Remove) bool { return !kept(r) }) && splice(g) {
-			nRemove += len(rms)
+	var take func(*ckptGroup, []*Remove) bool
+	if splice != nil {
+		take = func(g *ckptGroup, keys []*Remove) bool {
+			if slices.ContainsFunc(keys, func(r *Remove) bool { return !kept(r) }) || !splice(g) {
+				return false
+			}
+			nRemove += len(keys)
 			return true
 		}
+	}
+	var emitErr error
+	err = snap.rangeSpilledGroups(ctx, take, func(rms []*Remove) bool {
 		for _, r := range rms {
 			if kept(r) {
 				if emitErr = emit(&Action{Remove: r}); emitErr != nil {

@@ -156,7 +156,7 @@ func (s *Snapshot) rangeTombstones(ctx context.Context, f func(*Remove) bool) er
 // later action superseded nor the writer's last checkpoint expired, until
 // f returns false.
 func (s *Snapshot) rangeSpilled(ctx context.Context, f func(*Remove) bool) error {
-	return s.rangeSpilledGroups(ctx, func(rms []*Remove, _ *ckptGroup) bool {
+	return s.rangeSpilledGroups(ctx, nil, func(rms []*Remove) bool {
 		for _, r := range rms {
 			if !f(r) {
 				return false
@@ -166,13 +166,15 @@ func (s *Snapshot) rangeSpilled(ctx context.Context, f func(*Remove) bool) error
 	})
 }
 
-// rangeSpilledGroups is rangeSpilled a group at a time: rms are the kept
-// removes of one row group of the spilled checkpoint (or of a JSON file),
-// and g is that group when it holds removes only and every one of them
-// is kept, so that it can be copied whole; else nil.
-func (s *Snapshot) rangeSpilledGroups(ctx context.Context, f func(rms []*Remove, g *ckptGroup) bool) error {
+// rangeSpilledGroups is rangeSpilled a group at a time: f gets the kept
+// removes of one row group of the spilled checkpoint (or of a JSON file).
+// With take, a Parquet group is first read light (its removes' keys and
+// deletion times) and, when it holds removes only and keeps every one of
+// them, offered to take with them; a group take takes is neither decoded
+// whole nor handed to f.
+func (s *Snapshot) rangeSpilledGroups(ctx context.Context, take func(g *ckptGroup, keys []*Remove) bool, f func([]*Remove) bool) error {
 	var kept []*Remove
-	return s.spill.eachGroup(ctx, func(rms []*Remove, g *ckptGroup) bool {
+	filter := func(rms []*Remove) []*Remove {
 		kept = kept[:0]
 		for _, r := range rms {
 			if s.tombstoneCutoff > 0 && (r.DeletionTimestamp == nil || *r.DeletionTimestamp < s.tombstoneCutoff) {
@@ -189,11 +191,28 @@ func (s *Snapshot) rangeSpilledGroups(ctx context.Context, f func(rms []*Remove,
 			}
 			kept = append(kept, tombstone(r))
 		}
-		if g != nil && (!g.removesOnly || len(kept) != len(rms)) {
-			g = nil
+		return kept
+	}
+	var fullErr error
+	err := s.spill.eachGroup(ctx, take != nil, func(rms []*Remove, g *ckptGroup) bool {
+		kept := filter(rms)
+		if g != nil && take != nil && g.removesOnly && len(kept) == len(rms) && take(g, kept) {
+			return true
 		}
-		return f(kept, g)
+		if g != nil && g.full != nil {
+			whole, err := g.full()
+			if err != nil {
+				fullErr = fmt.Errorf("read the removes of checkpoint %d: read checkpoint file %s: %w", s.spill.version, g.path, err)
+				return false
+			}
+			kept = filter(whole)
+		}
+		return f(kept)
 	})
+	if err == nil {
+		err = fullErr
+	}
+	return err
 }
 
 // NumTombstones returns the number of remove actions kept in the snapshot:
@@ -225,9 +244,10 @@ type spilledTombstones struct {
 }
 
 // eachGroup reads the checkpoint back and calls f with its removes a row
-// group at a time (eachCheckpointRemoveGroup) until f returns false.
-func (sp *spilledTombstones) eachGroup(ctx context.Context, f func([]*Remove, *ckptGroup) bool) error {
-	err := eachCheckpointRemoveGroup(ctx, sp.store, sp.version, sp.paths, f)
+// group at a time (eachCheckpointRemoveGroup, light or not) until f
+// returns false.
+func (sp *spilledTombstones) eachGroup(ctx context.Context, light bool, f func([]*Remove, *ckptGroup) bool) error {
+	err := eachCheckpointRemoveGroup(ctx, sp.store, sp.version, sp.paths, light, f)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotExist) {
 			return fmt.Errorf("read the removes of checkpoint %d: %w: %w", sp.version, errSpillGone, err)
