@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
@@ -332,22 +334,11 @@ func heldSnapshot(t *testing.T, s *Snapshot) *Snapshot {
 // ckptRowGroups is the number of row groups of a checkpoint file.
 func ckptRowGroups(t *testing.T, store storage.Storage, version int64) int {
 	t.Helper()
-	data, err := store.Read(context.Background(), ckptClassicPath(version))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ckptOpenParquet(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(f.RowGroups())
+	return len(openCkptFile(t, store, version).RowGroups())
 }
 
-// ckptCopied counts the row groups of a checkpoint file that were copied
-// from the previous checkpoint (ckptWriter.splice: no page index, which
-// parquet-go writes for every group it encodes) and their rows, and the
-// removes encoded in the file's other groups.
-func ckptCopied(t *testing.T, store storage.Storage, version int64) (groups, rows, encodedRemoves int) {
+// openCkptFile opens the classic checkpoint file of version.
+func openCkptFile(t *testing.T, store storage.Storage, version int64) *parquet.File {
 	t.Helper()
 	data, err := store.Read(context.Background(), ckptClassicPath(version))
 	if err != nil {
@@ -357,14 +348,21 @@ func ckptCopied(t *testing.T, store storage.Storage, version int64) (groups, row
 	if err != nil {
 		t.Fatal(err)
 	}
-	encoded := 0
-	for _, rg := range f.Metadata().RowGroups {
+	return f
+}
+
+// ckptCopied counts the row groups of a checkpoint file that were copied
+// from the previous checkpoint (ckptWriter.splice: no page index, which
+// parquet-go writes for every group it encodes) and their rows, and the
+// removes encoded in the file's other groups.
+func ckptCopied(t *testing.T, store storage.Storage, version int64) (groups, rows, encodedRemoves int) {
+	t.Helper()
+	for _, rg := range openCkptFile(t, store, version).Metadata().RowGroups {
 		indexed := false
 		for _, c := range rg.Columns {
 			indexed = indexed || c.ColumnIndexOffset > 0 || c.OffsetIndexOffset > 0
 		}
 		if indexed {
-			encoded += int(rg.NumRows)
 			continue
 		}
 		groups++
