@@ -476,3 +476,82 @@ func TestCheckpointCopiesTombstoneGroups(t *testing.T) {
 	}
 	t.Logf("%d checkpoints, %d tombstones at the end, at most %d encoded by one checkpoint", checkpoints, len(model), maxEncoded)
 }
+
+// TestCheckpointCopyCrash: a checkpoint that copies row groups of the one
+// before, crashed at each of its storage operations (the read-back, the
+// copy's re-open of that file, the write, the hint), leaves a table that
+// loads with exactly the tombstones and files of the version, and a
+// checkpoint written afterwards holds them too.
+func TestCheckpointCopyCrash(t *testing.T) {
+	defer func(n int) { ckptRowGroup = n }(ckptRowGroup)
+	ckptRowGroup = 8
+	ctx := context.Background()
+	dir := t.TempDir()
+	tbl, snap := createTable(t, storage.NewLocal(dir), map[string]string{"delta.checkpointInterval": "10"})
+	for i := 1; i <= 22; i++ {
+		tx := tbl.Begin(snap)
+		for j, a := range snap.Files() {
+			if j == 3 {
+				break
+			}
+			tx.RemoveFile(a, true)
+		}
+		for j := range 3 {
+			tx.Add(fakeAdd(fmt.Sprintf("f%03d-%d", i, j)))
+		}
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = c.Snapshot
+	}
+	want := tombstoneTimes(t, snap)
+	for op := 1; ; op++ {
+		crashed := false
+		for _, after := range []bool{false, true} {
+			work := ckptCopyTable(t, dir)
+			s, err := Open(storage.NewLocal(work)).Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.spill == nil || s.Version != 22 {
+				t.Fatalf("version %d loaded without a spilled checkpoint", s.Version)
+			}
+			f := storage.NewFaulty(storage.NewLocal(work))
+			f.CrashAt(op, after)
+			err = writeCheckpoint(ctx, f, s, time.Now())
+			if f.Crashed() {
+				crashed = true
+				if err == nil {
+					t.Fatalf("crash at op %d (after=%v) not reported", op, after)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			} else if _, copied, _ := ckptCopied(t, storage.NewLocal(work), 22); copied == 0 {
+				t.Fatal("checkpoint 22 copied no row group: the test crashes nothing new")
+			}
+			for _, retry := range []bool{false, true} {
+				got, err := Open(storage.NewLocal(work)).Snapshot(ctx)
+				if err != nil {
+					t.Fatalf("crash at op %d (after=%v): load: %v", op, after, err)
+				}
+				if got.Version != 22 || !reflect.DeepEqual(tombstoneTimes(t, got), want) || !reflect.DeepEqual(ckptPaths(got.Files()), ckptPaths(snap.Files())) {
+					t.Fatalf("crash at op %d (after=%v, retried %v): version %d, %d tombstones (want %d)", op, after, retry, got.Version, len(tombstoneTimes(t, got)), len(want))
+				}
+				// A crash before the checkpoint landed: the next one is
+				// written (copying again) and must load the same.
+				if !retry && got.CheckpointVersion() != 22 {
+					if err := writeCheckpoint(ctx, storage.NewLocal(work), got, time.Now()); err != nil {
+						t.Fatalf("checkpoint after the crash at op %d: %v", op, err)
+					}
+				}
+			}
+		}
+		if !crashed {
+			if op < 5 {
+				t.Fatalf("only %d storage ops", op-1)
+			}
+			break
+		}
+	}
+}
