@@ -130,6 +130,41 @@ func TestReadRowsAtPagesMatchGroups(t *testing.T) {
 	})
 }
 
+// TestReadRowsAtLz4NotDirect: stored rows of an LZ4_RAW file the direct
+// page reader does not read (DELTA_LENGTH_BYTE_ARRAY text, as parquet-go
+// and other writers write it) come from its row groups, as written:
+// parquet-go's page path is not used for LZ4, whose pages it can read as
+// zeros.
+func TestReadRowsAtLz4NotDirect(t *testing.T) {
+	ctx := context.Background()
+	rf, err := NewParquetRowFiles(storage.NewLocal(t.TempDir()), allFlatTypes(t), datafile.RowGroupRows(3000), datafile.PageBytes(4096), datafile.Compression(datafile.Lz4Raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10000
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = allFlatRow(i)
+	}
+	add, err := rf.WriteRows(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := []int64{0, 1, 2999, 3000, 4567, n - 1}
+	if _, err := rf.readRowsAtPages(ctx, add, at, nil); !errors.Is(err, datafile.ErrNoPointRead) {
+		t.Fatalf("page read of an LZ4 file the direct reader declines: %v, want ErrNoPointRead", err)
+	}
+	got, err := rf.ReadRowsAt(ctx, add, at, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range at {
+		if fmt.Sprint(got[i].Values) != fmt.Sprint(rows[r].Values) || !bytes.Equal(got[i].Seq, rows[r].Seq) {
+			t.Fatalf("row %d: read %v %x, wrote %v %x", r, got[i].Values, got[i].Seq, rows[r].Values, rows[r].Seq)
+		}
+	}
+}
+
 func testReadRowsAtPagesMatchGroups(t *testing.T, opts ...datafile.WriteOption) {
 	ctx := context.Background()
 	store := &countingStore{Storage: storage.NewLocal(t.TempDir())}

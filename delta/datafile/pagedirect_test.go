@@ -3,6 +3,7 @@ package datafile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -110,14 +111,44 @@ func readBothWays(t *testing.T, st storage.Storage, l Layout, add *delta.Add, ro
 	if err != nil {
 		t.Fatal(err)
 	}
-	for c := range viaPQ {
+	sameValues(t, l, rows, direct, viaPQ, "parquet-go")
+	return direct, served
+}
+
+// sameValues fails unless got and want (ReadValuesAt's columns of rows)
+// are equal.
+func sameValues(t *testing.T, l Layout, rows []int64, got, want [][]schema.Value, of string) {
+	t.Helper()
+	for c := range want {
 		for k := range rows {
-			if !reflect.DeepEqual(direct[c][k], viaPQ[c][k]) {
-				t.Fatalf("%s, row %d: direct %v, parquet-go %v", l.Schema.Fields[c].Name, rows[k], direct[c][k], viaPQ[c][k])
+			if !reflect.DeepEqual(got[c][k], want[c][k]) {
+				t.Fatalf("%s, row %d: direct %v, %s %v", l.Schema.Fields[c].Name, rows[k], got[c][k], of, want[c][k])
 			}
 		}
 	}
-	return direct, served
+}
+
+// readLz4Checked reads rows of an LZ4_RAW file, which only the direct
+// reader reads (ReadValuesAt declines LZ4 chunks to parquet-go's page
+// path), and checks them against the same rows of twin, the same record
+// written uncompressed and read both ways.
+func readLz4Checked(t *testing.T, st storage.Storage, l Layout, add, twin *delta.Add, rows []int64) ([][]schema.Value, int64) {
+	t.Helper()
+	ctx := context.Background()
+	before := directChunksRead.Load()
+	got, err := ReadValuesAt(ctx, st, l, add, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := directChunksRead.Load() - before
+	want, _ := readBothWays(t, st, l, twin, rows)
+	sameValues(t, l, rows, got, want, "uncompressed twin")
+	directPages = false
+	defer func() { directPages = true }()
+	if _, err := ReadValuesAt(ctx, st, l, add, rows); !errors.Is(err, ErrNoPointRead) {
+		t.Fatalf("parquet-go's page path on an LZ4 file: %v, want ErrNoPointRead", err)
+	}
+	return got, served
 }
 
 func sampleRows(n int, seed uint64) []int64 {
@@ -167,6 +198,14 @@ func testReadValuesAtDirect(t *testing.T, codec Codec, mapped bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	read := func(rows []int64) ([][]schema.Value, int64) { return readBothWays(t, st, l, add, rows) }
+	if codec == Lz4Raw {
+		twin, err := Write(context.Background(), st, l, flatRecord(t, l, n), nil, PlainValues(), Compression(Uncompressed), PageBytes(512), RowGroupRows(4096))
+		if err != nil {
+			t.Fatal(err)
+		}
+		read = func(rows []int64) ([][]schema.Value, int64) { return readLz4Checked(t, st, l, add, twin, rows) }
+	}
 	f, err := storage.Open(context.Background(), st, add.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +216,7 @@ func testReadValuesAtDirect(t *testing.T, codec Codec, mapped bool) {
 	}
 	f.Close()
 	rows := sampleRows(n, 1)
-	got, served := readBothWays(t, st, l, add, rows)
+	got, served := read(rows)
 	// 12 columns, 3 row groups, each holding rows asked for.
 	if served != 36 {
 		t.Fatalf("the direct reader served %d of the 36 column chunks", served)
