@@ -258,9 +258,10 @@ func scaleTable(b *testing.B, n int, rowGroup int64) string {
 	name := fmt.Sprintf("rows-%d-v1", n)
 	var opts []datafile.WriteOption
 	if rowGroup > 0 {
-		// v4: byte arrays PLAIN (datafile.PlainValues), pages cut by bytes,
-		// fixed-width source columns raw (datafile.RawFixedWidth).
-		name = fmt.Sprintf("rows-%d-rg%d-p%d-%s-v4", n, rowGroup, MergeOnReadPageBytes, MergeOnReadCodec)
+		// v5: byte arrays PLAIN (datafile.PlainValues), pages cut by bytes
+		// and text pages by rows (datafile.TextPageRows), fixed-width
+		// source columns raw (datafile.RawFixedWidth).
+		name = fmt.Sprintf("rows-%d-rg%d-p%d-t%d-%s-v5", n, rowGroup, MergeOnReadPageBytes, MergeOnReadTextPageRows, MergeOnReadCodec)
 		opts = MergeOnReadFileOptions(scaleLayout)
 	}
 	dir := filepath.Join(root, name)
@@ -405,7 +406,18 @@ func openScale(b *testing.B, n int, mode string) *TableApplier {
 	}
 	dir := cloneTable(b, scaleTable(b, n, rowGroup))
 	store := storage.NewLocal(dir)
-	newFiles := func(l *Layout) (RowFiles, error) { return NewParquetRowFiles(store, l, opts...) }
+	// The engine's caches (engine.go): data files kept open for stored
+	// rows, deletion vectors kept for the next batch's union.
+	points, vectors := datafile.NewFileCache(pointFilesOpen), newVectorCache()
+	b.Cleanup(func() { points.Close() })
+	newFiles := func(l *Layout) (RowFiles, error) {
+		rf, err := NewParquetRowFiles(store, l, opts...)
+		if err != nil {
+			return nil, err
+		}
+		rf.points, rf.vectors = points, vectors
+		return rf, nil
+	}
 	a := NewTableApplier("orders", "bench", delta.Open(store), newFiles, []string{"id"}, nil)
 	if err := a.SetMergeMode(m); err != nil {
 		b.Fatal(err)

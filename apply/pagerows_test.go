@@ -355,9 +355,10 @@ func TestReadValuesAtConformance(t *testing.T) {
 	}
 }
 
-// BenchmarkReadRowsAt reads 1% of a 100k-row merge-on-read file's rows
-// (random, ascending), as a batch's deletes and TOAST placeholders ask,
-// through the page index and through row groups, on the same file:
+// BenchmarkReadRowsAt reads 1% (and, under sparse/, 0.05%) of a 100k-row
+// merge-on-read file's rows (random, ascending), as a batch's deletes and
+// TOAST placeholders ask, through the page index and through row groups,
+// on the same file (file-bytes: its size):
 //
 //	go test ./apply -run XXX -bench ReadRowsAt -count 6
 func BenchmarkReadRowsAt(b *testing.B) {
@@ -377,12 +378,27 @@ func BenchmarkReadRowsAt(b *testing.B) {
 		b.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
-	var at []int64
-	for i := int64(0); i < n; i++ {
-		if rng.IntN(100) == 0 {
-			at = append(at, i)
+	// 1%: a 1M-row table's batch, rows sharing pages; sparse (0.05%):
+	// about one row a text page, as a batch's stored rows spread over a
+	// 10M-row table.
+	for _, density := range []struct {
+		name string
+		one  int
+	}{{"", 100}, {"sparse/", 2000}} {
+		var at []int64
+		for i := int64(0); i < n; i++ {
+			if rng.IntN(density.one) == 0 {
+				at = append(at, i)
+			}
 		}
+		benchReadRowsAt(b, rf, add, at, density.name)
 	}
+}
+
+func benchReadRowsAt(b *testing.B, rf *ParquetRowFiles, add *delta.Add, at []int64, prefix string) {
+	ctx := context.Background()
+	cache := datafile.NewFileCache(pointFilesOpen)
+	defer cache.Close()
 	for _, path := range []struct {
 		name string
 		read func(context.Context, *delta.Add, []int64) ([]Row, error)
@@ -397,9 +413,16 @@ func BenchmarkReadRowsAt(b *testing.B) {
 			}
 			return rf.readRowsAtPages(ctx, add, at, need)
 		}},
+		{"pages-cached", func(ctx context.Context, add *delta.Add, at []int64) ([]Row, error) {
+			// The file kept open, its footer parsed, as the engine's
+			// FileCache keeps a table's files.
+			rf.points = cache
+			defer func() { rf.points = nil }()
+			return rf.readRowsAtPages(ctx, add, at, nil)
+		}},
 		{"row-groups", rf.readRowsAtGroups},
 	} {
-		b.Run(path.name, func(b *testing.B) {
+		b.Run(prefix+path.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				got, err := path.read(ctx, add, at)
 				if err != nil || len(got) != len(at) {
@@ -407,13 +430,15 @@ func BenchmarkReadRowsAt(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(at)), "ns/row")
+			b.ReportMetric(float64(add.Size), "file-bytes")
 		})
 	}
 }
 
 // TestMergeOnReadFileCodecs: a merge-on-read data file stores its
 // fixed-width source columns uncompressed and its text and engine
-// columns with MergeOnReadCodec (LZ4_RAW).
+// columns with MergeOnReadCodec (LZ4_RAW), its text in pages of at most
+// MergeOnReadTextPageRows rows.
 func TestMergeOnReadFileCodecs(t *testing.T) {
 	ctx := context.Background()
 	store := storage.NewLocal(t.TempDir())
@@ -453,6 +478,29 @@ func TestMergeOnReadFileCodecs(t *testing.T) {
 				t.Fatalf("column %s: codec %v, want %v", cols[c][0], cc.MetaData.Codec, w)
 			}
 		}
+	}
+	// Text pages end at MergeOnReadTextPageRows rows; the short text
+	// columns would otherwise fill a 32 KiB page with all 3,000.
+	textPages := 0
+	for k, oi := range pf.OffsetIndexes() {
+		c := k % len(cols)
+		if pf.Schema().Columns()[c][0] == "id" || pf.Metadata().RowGroups[k/len(cols)].Columns[c].MetaData.Type != format.ByteArray {
+			continue
+		}
+		locs := oi.PageLocations
+		for p := range locs {
+			end := pf.Metadata().RowGroups[k/len(cols)].NumRows
+			if p+1 < len(locs) {
+				end = locs[p+1].FirstRowIndex
+			}
+			if rows := end - locs[p].FirstRowIndex; rows > MergeOnReadTextPageRows {
+				t.Fatalf("column %s: a text page of %d rows, want at most %d", cols[c][0], rows, MergeOnReadTextPageRows)
+			}
+			textPages++
+		}
+	}
+	if min := 4 * (len(rows) / MergeOnReadTextPageRows); textPages < min {
+		t.Fatalf("%d text pages in 4 text columns of %d rows, want at least %d", textPages, len(rows), min)
 	}
 }
 
@@ -530,4 +578,37 @@ func mustRowFiles(t *testing.T, st storage.Storage, l *Layout) RowFiles {
 		t.Fatal(err)
 	}
 	return rf
+}
+
+// BenchmarkWriteRowsMergeOnRead writes the 100k rows BenchmarkReadRowsAt
+// reads, as the engine writes a merge-on-read batch's new file (rows to
+// Arrow, encoding, a local file), each file deleted once written:
+//
+//	go test ./apply -run XXX -bench WriteRowsMergeOnRead -count 6
+func BenchmarkWriteRowsMergeOnRead(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	rf, err := NewParquetRowFiles(storage.NewLocal(dir), scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 100_000
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), AppliedMicros: 1}
+	}
+	var size int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		add, err := rf.WriteRows(ctx, rows)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = add.Size
+		if err := os.Remove(filepath.Join(dir, add.Path)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/row")
+	b.ReportMetric(float64(size), "file-bytes")
 }

@@ -144,7 +144,7 @@ func encodeFlat(out *offsetWriter, rec arrow.RecordBatch, root group, codecs []c
 				var scratch flatScratch
 				for c := range next {
 					col := array.NewSlice(rec.Column(c), start, end)
-					chunks[c].err = chunks[c].encode(col, codecs[c], page, &scratch)
+					chunks[c].err = chunks[c].encode(col, codecs[c], page, o.textPageRows, &scratch)
 					col.Release()
 				}
 			})
@@ -257,8 +257,9 @@ type flatScratch struct {
 	enc            *thrift.Encoder
 }
 
-// encode writes arr's values as pages of about page bytes of values.
-func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *flatScratch) error {
+// encode writes arr's values as pages of about page bytes of values; a
+// byte array column's pages also end at textRows rows (0: no bound).
+func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page, textRows int, s *flatScratch) error {
 	kind := flatKindOf(arr.DataType())
 	n := arr.Len()
 	ch.values = int64(n)
@@ -285,7 +286,11 @@ func (ch *flatChunk) encode(arr arrow.Array, codec compress.Codec, page int, s *
 		case i64 != nil:
 			s.values, end, nulls = plainInts(s.values, i64, arr, first, page, &lo, &hi)
 		default:
-			for end = first; end < n && len(s.values) < page; end++ {
+			last := n
+			if kind == flatBinary && textRows > 0 {
+				last = min(n, first+textRows)
+			}
+			for end = first; end < last && len(s.values) < page; end++ {
 				if arr.IsNull(end) {
 					nulls++
 					continue

@@ -38,6 +38,9 @@ type writeOptions struct {
 	page     int
 	plain    bool
 	rawFixed map[string]bool // RawFixedWidth's columns
+	// textPageRows bounds the rows of a byte array column's page (the
+	// flat writer's; 0: pages end at page bytes only).
+	textPageRows int
 }
 
 // Compression sets the codec of written files (default Zstd).
@@ -53,6 +56,14 @@ func RowGroupRows(n int64) WriteOption { return func(o *writeOptions) { o.rowGro
 // (default 256 KiB, parquet-go's). Small pages let a reader that needs a
 // few rows (ReadValuesAt) decode little more than those rows.
 func PageBytes(n int) WriteOption { return func(o *writeOptions) { o.page = n } }
+
+// TextPageRows also ends a byte array column's data page at n rows
+// (PlainValues files of flat layouts). A point read of one value walks
+// the page's PLAIN lengths from its start (pagedirect.go) after
+// decompressing it: on a page of short strings, thousands of them. Wide
+// text reaches the page's bytes first; fixed-width values are found
+// without a walk, so their pages are not bounded.
+func TextPageRows(n int) WriteOption { return func(o *writeOptions) { o.textPageRows = n } }
 
 // PlainValues writes every top-level byte array column PLAIN instead of
 // parquet-go's DELTA_LENGTH_BYTE_ARRAY, so a point read of one value
