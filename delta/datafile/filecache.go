@@ -37,6 +37,22 @@ type cachedFile struct {
 	used    uint64
 	refs    int
 	evicted bool // closed when the last reader releases it
+	// cols is pointColumns of the layout colsOf identifies, and colsErr
+	// its error: mapping a layout onto the file's schema was a tenth of
+	// a 10M-row table's stored-row reads, which read a row or two of
+	// each file every batch.
+	colsOf  layoutID
+	cols    []pointColumn
+	colsErr error
+}
+
+// layoutID identifies a Layout value by its fields' backing array: a
+// layout is built once per table schema and its fields are never
+// changed in place, so the same array holds the same fields.
+type layoutID struct {
+	fields  *delta.StructField
+	n       int
+	mapping ColumnMapping
 }
 
 // NewFileCache keeps up to max files open.
@@ -44,27 +60,27 @@ func NewFileCache(max int) *FileCache {
 	return &FileCache{max: max, files: map[string]*cachedFile{}}
 }
 
-// open returns path's file, opened now or cached, and a release to call
-// when done with it.
-func (c *FileCache) open(ctx context.Context, st storage.Storage, path string) (*pq.File, io.ReaderAt, func(), error) {
+// open returns path's file, opened now or cached, the cache's entry for
+// it (nil: not cached) and a release to call when done with it.
+func (c *FileCache) open(ctx context.Context, st storage.Storage, path string) (*pq.File, io.ReaderAt, *cachedFile, func(), error) {
 	if _, ok := st.(storage.RangeReader); c == nil || !ok {
 		pf, f, err := openPoints(ctx, st, path)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		return pf, f, func() { f.Close() }, nil
+		return pf, f, nil, func() { f.Close() }, nil
 	}
 	c.mu.Lock()
 	c.tick++
 	if cf, ok := c.files[path]; ok {
 		cf.used, cf.refs = c.tick, cf.refs+1
 		c.mu.Unlock()
-		return cf.pf, cf.f, func() { c.release(cf) }, nil
+		return cf.pf, cf.f, cf, func() { c.release(cf) }, nil
 	}
 	c.mu.Unlock()
 	pf, f, err := openPoints(ctx, st, path)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	cf := &cachedFile{f: f, pf: pf, refs: 1}
 	c.mu.Lock()
@@ -72,7 +88,7 @@ func (c *FileCache) open(ctx context.Context, st storage.Storage, path string) (
 	if old, ok := c.files[path]; ok { // opened meanwhile by another reader
 		f.Close()
 		old.used, old.refs = c.tick, old.refs+1
-		return old.pf, old.f, func() { c.release(old) }, nil
+		return old.pf, old.f, old, func() { c.release(old) }, nil
 	}
 	cf.used = c.tick
 	c.files[path] = cf
@@ -87,7 +103,28 @@ func (c *FileCache) open(ctx context.Context, st storage.Storage, path string) (
 		delete(c.files, lru)
 		c.closeOrMark(x)
 	}
-	return pf, f, func() { c.release(cf) }, nil
+	return pf, f, cf, func() { c.release(cf) }, nil
+}
+
+// pointColumns is l.pointColumns(pf) for the cached file cf (nil: not
+// cached, computed each time), computed once per layout.
+func (c *FileCache) pointColumns(cf *cachedFile, l Layout, pf *pq.File) ([]pointColumn, error) {
+	if cf == nil || len(l.Schema.Fields) == 0 {
+		return l.pointColumns(pf)
+	}
+	id := layoutID{&l.Schema.Fields[0], len(l.Schema.Fields), l.Mapping}
+	c.mu.Lock()
+	if cf.colsOf == id {
+		cols, err := cf.cols, cf.colsErr
+		c.mu.Unlock()
+		return cols, err
+	}
+	c.mu.Unlock()
+	cols, err := l.pointColumns(pf) // read only once made: shared by readers
+	c.mu.Lock()
+	cf.colsOf, cf.cols, cf.colsErr = id, cols, err
+	c.mu.Unlock()
+	return cols, err
 }
 
 func (c *FileCache) release(cf *cachedFile) {

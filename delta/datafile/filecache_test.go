@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/schema"
 )
 
 // countingFiles is local storage that counts the files it opens for
@@ -148,7 +149,7 @@ func TestFileCacheForget(t *testing.T) {
 		t.Fatalf("%d cached, %d closed; want 4, 0", c.Len(), st.closes.Load())
 	}
 	// A reader holds adds[1] while it is forgotten.
-	_, _, release, err := c.open(ctx, st, adds[1].Path)
+	_, _, _, release, err := c.open(ctx, st, adds[1].Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,4 +177,65 @@ func sortedPaths(adds ...*delta.Add) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestFileCacheColumnsPerLayout: a cached file maps a layout onto its
+// schema once, and a new layout (a column added, as a schema change
+// makes) is mapped anew: its new column reads NULL, the old layout's
+// reads are as before.
+func TestFileCacheColumnsPerLayout(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir())
+	l := flatLayout()
+	add, err := Write(ctx, st, l, flatRecord(t, l, 3000), nil, PlainValues(), Compression(Snappy), PageBytes(2048), RowGroupRows(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := NewFileCache(4)
+	defer cache.Close()
+	rows := []int64{1, 2500}
+	want, err := ReadValuesAt(ctx, st, l, add, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(l Layout) [][]schema.Value {
+		t.Helper()
+		perColumn := make([][]int64, len(l.Schema.Fields))
+		for c := range perColumn {
+			perColumn[c] = rows
+		}
+		got, err := cache.ReadColumnsAt(ctx, st, l, add, perColumn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	entry := func() *cachedFile {
+		t.Helper()
+		cache.mu.Lock()
+		defer cache.mu.Unlock()
+		if len(cache.files) != 1 {
+			t.Fatalf("%d files cached, want 1", len(cache.files))
+		}
+		for _, cf := range cache.files {
+			return cf
+		}
+		return nil
+	}
+	if got := read(l); !reflect.DeepEqual(got, want) {
+		t.Fatalf("cached read %v, uncached %v", got, want)
+	}
+	first := &entry().cols[0]
+	if got := read(l); !reflect.DeepEqual(got, want) || &entry().cols[0] != first {
+		t.Fatalf("second read: %v (columns mapped again: %v)", got, &entry().cols[0] != first)
+	}
+	wider := Layout{Schema: delta.StructType{Fields: append(append([]delta.StructField{}, l.Schema.Fields...),
+		delta.StructField{Name: "added", Type: delta.Long, Nullable: true})}, NumIndexedCols: l.NumIndexedCols}
+	got := read(wider)
+	if len(got) != len(want)+1 || !reflect.DeepEqual(got[:len(want)], want) || got[len(want)][0] != schema.Null || got[len(want)][1] != schema.Null {
+		t.Fatalf("read with a column added: %v", got)
+	}
+	if got := read(l); !reflect.DeepEqual(got, want) {
+		t.Fatalf("read with the first layout again: %v", got)
+	}
 }

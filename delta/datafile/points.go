@@ -79,12 +79,12 @@ func readColumnsAt(ctx context.Context, st storage.Storage, l Layout, add *delta
 	if err != nil {
 		return nil, err
 	}
-	pf, f, release, err := cache.open(ctx, st, p)
+	pf, f, cf, release, err := cache.open(ctx, st, p)
 	if err != nil {
 		return nil, fmt.Errorf("read rows of %s: %w", add.Path, err)
 	}
 	defer release()
-	cols, err := l.pointColumns(pf)
+	cols, err := cache.pointColumns(cf, l, pf)
 	if err != nil {
 		return nil, err
 	}
