@@ -137,19 +137,8 @@ func TestReadRowsAtPagesMatchGroups(t *testing.T) {
 // zeros.
 func TestReadRowsAtLz4NotDirect(t *testing.T) {
 	ctx := context.Background()
-	rf, err := NewParquetRowFiles(storage.NewLocal(t.TempDir()), allFlatTypes(t), datafile.RowGroupRows(3000), datafile.PageBytes(4096), datafile.Compression(datafile.Lz4Raw))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 10000
-	rows := make([]Row, n)
-	for i := range rows {
-		rows[i] = allFlatRow(i)
-	}
-	add, err := rf.WriteRows(ctx, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rf, rows, add := writeAllFlat(t, storage.NewLocal(t.TempDir()), n, datafile.PageBytes(4096), datafile.Compression(datafile.Lz4Raw))
 	at := []int64{0, 1, 2999, 3000, 4567, n - 1}
 	if _, err := rf.readRowsAtPages(ctx, add, at, nil); !errors.Is(err, datafile.ErrNoPointRead) {
 		t.Fatalf("page read of an LZ4 file the direct reader declines: %v, want ErrNoPointRead", err)
@@ -165,22 +154,30 @@ func TestReadRowsAtLz4NotDirect(t *testing.T) {
 	}
 }
 
-func testReadRowsAtPagesMatchGroups(t *testing.T, opts ...datafile.WriteOption) {
-	ctx := context.Background()
-	store := &countingStore{Storage: storage.NewLocal(t.TempDir())}
-	rf, err := NewParquetRowFiles(store, allFlatTypes(t), append([]datafile.WriteOption{datafile.RowGroupRows(3000), datafile.PageBytes(512)}, opts...)...)
+// writeAllFlat writes n rows of every flat type (allFlatRow) as one file
+// of 3000-row groups, with opts after those.
+func writeAllFlat(t *testing.T, store storage.Storage, n int, opts ...datafile.WriteOption) (*ParquetRowFiles, []Row, *delta.Add) {
+	t.Helper()
+	rf, err := NewParquetRowFiles(store, allFlatTypes(t), append([]datafile.WriteOption{datafile.RowGroupRows(3000)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 30000
 	rows := make([]Row, n)
 	for i := range rows {
 		rows[i] = allFlatRow(i)
 	}
-	add, err := rf.WriteRows(ctx, rows)
+	add, err := rf.WriteRows(context.Background(), rows)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rf, rows, add
+}
+
+func testReadRowsAtPagesMatchGroups(t *testing.T, opts ...datafile.WriteOption) {
+	ctx := context.Background()
+	store := &countingStore{Storage: storage.NewLocal(t.TempDir())}
+	const n = 30000
+	rf, rows, add := writeAllFlat(t, store, n, append([]datafile.WriteOption{datafile.PageBytes(512)}, opts...)...)
 	rng := rand.New(rand.NewPCG(1, 2))
 	sets := [][]int64{{0}, {n - 1}, {2999, 3000, 3001}, {0, 1, 2, 3, 4, 5}}
 	var every2, sparse []int64
@@ -363,16 +360,8 @@ func TestReadValuesAtConformance(t *testing.T) {
 //	go test ./apply -run XXX -bench ReadRowsAt -count 6
 func BenchmarkReadRowsAt(b *testing.B) {
 	ctx := context.Background()
-	store := storage.NewLocal(b.TempDir())
-	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	const n = 100_000
-	rows := make([]Row, n)
-	for i := range rows {
-		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), AppliedMicros: 1}
-	}
+	rf, rows := scaleRowFiles(b, storage.NewLocal(b.TempDir()))
+	n := int64(len(rows))
 	add, err := rf.WriteRows(ctx, rows)
 	if err != nil {
 		b.Fatal(err)
@@ -386,7 +375,7 @@ func BenchmarkReadRowsAt(b *testing.B) {
 		one  int
 	}{{"", 100}, {"sparse/", 2000}} {
 		var at []int64
-		for i := int64(0); i < n; i++ {
+		for i := range n {
 			if rng.IntN(density.one) == 0 {
 				at = append(at, i)
 			}
@@ -580,6 +569,21 @@ func mustRowFiles(t *testing.T, st storage.Storage, l *Layout) RowFiles {
 	return rf
 }
 
+// scaleRowFiles returns merge-on-read row files of the scale table's
+// layout on store and 100k rows of it.
+func scaleRowFiles(b *testing.B, store storage.Storage) (*ParquetRowFiles, []Row) {
+	b.Helper()
+	rf, err := NewParquetRowFiles(store, scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := make([]Row, 100_000)
+	for i := range rows {
+		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), AppliedMicros: 1}
+	}
+	return rf, rows
+}
+
 // BenchmarkWriteRowsMergeOnRead writes the 100k rows BenchmarkReadRowsAt
 // reads, as the engine writes a merge-on-read batch's new file (rows to
 // Arrow, encoding, a local file), each file deleted once written:
@@ -588,15 +592,8 @@ func mustRowFiles(t *testing.T, st storage.Storage, l *Layout) RowFiles {
 func BenchmarkWriteRowsMergeOnRead(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
-	rf, err := NewParquetRowFiles(storage.NewLocal(dir), scaleLayout, MergeOnReadFileOptions(scaleLayout)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	const n = 100_000
-	rows := make([]Row, n)
-	for i := range rows {
-		rows[i] = Row{Values: scaleValues(int64(i), 1), Seq: pgSeq(1), AppliedMicros: 1}
-	}
+	rf, rows := scaleRowFiles(b, storage.NewLocal(dir))
+	n := len(rows)
 	var size int64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

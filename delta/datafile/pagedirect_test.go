@@ -98,21 +98,27 @@ func flatRecord(t testing.TB, l Layout, n int) arrow.RecordBatch {
 // column chunks the direct reader served.
 func readBothWays(t *testing.T, st storage.Storage, l Layout, add *delta.Add, rows []int64) ([][]schema.Value, int64) {
 	t.Helper()
-	ctx := context.Background()
-	before := directChunksRead.Load()
-	direct, err := ReadValuesAt(ctx, st, l, add, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := directChunksRead.Load() - before
+	direct, served := readDirect(t, st, l, add, rows)
 	directPages = false
 	defer func() { directPages = true }()
-	viaPQ, err := ReadValuesAt(ctx, st, l, add, rows)
+	viaPQ, err := ReadValuesAt(context.Background(), st, l, add, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameValues(t, l, rows, direct, viaPQ, "parquet-go")
 	return direct, served
+}
+
+// readDirect reads rows with ReadValuesAt and returns the values with how
+// many column chunks the direct reader served.
+func readDirect(t *testing.T, st storage.Storage, l Layout, add *delta.Add, rows []int64) ([][]schema.Value, int64) {
+	t.Helper()
+	before := directChunksRead.Load()
+	got, err := ReadValuesAt(context.Background(), st, l, add, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, directChunksRead.Load() - before
 }
 
 // sameValues fails unless got and want (ReadValuesAt's columns of rows)
@@ -134,18 +140,12 @@ func sameValues(t *testing.T, l Layout, rows []int64, got, want [][]schema.Value
 // written uncompressed and read both ways.
 func readLz4Checked(t *testing.T, st storage.Storage, l Layout, add, twin *delta.Add, rows []int64) ([][]schema.Value, int64) {
 	t.Helper()
-	ctx := context.Background()
-	before := directChunksRead.Load()
-	got, err := ReadValuesAt(ctx, st, l, add, rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := directChunksRead.Load() - before
+	got, served := readDirect(t, st, l, add, rows)
 	want, _ := readBothWays(t, st, l, twin, rows)
 	sameValues(t, l, rows, got, want, "uncompressed twin")
 	directPages = false
 	defer func() { directPages = true }()
-	if _, err := ReadValuesAt(ctx, st, l, add, rows); !errors.Is(err, ErrNoPointRead) {
+	if _, err := ReadValuesAt(context.Background(), st, l, add, rows); !errors.Is(err, ErrNoPointRead) {
 		t.Fatalf("parquet-go's page path on an LZ4 file: %v, want ErrNoPointRead", err)
 	}
 	return got, served
@@ -398,11 +398,7 @@ func TestPagesCutByBytes(t *testing.T) {
 func TestRawFixedWidth(t *testing.T) {
 	const n = 10_000
 	ctx := context.Background()
-	st := storage.NewLocal(t.TempDir())
-	l := flatLayout()
-	rec := flatRecord(t, l, n)
-	rec.Retain()
-	defer rec.Release()
+	st, l, rec := flatFile(t, n)
 	add, err := Write(ctx, st, l, rec, nil, PlainValues(), RawFixedWidth("id", "i", "s", "f", "d", "ok", "m", "big", "ts"), Compression(Snappy), PageBytes(512), RowGroupRows(4096))
 	if err != nil {
 		t.Fatal(err)
@@ -420,10 +416,30 @@ func TestRawFixedWidth(t *testing.T) {
 			}
 		}
 	}
-	if _, served := readBothWays(t, st, l, add, sampleRows(n, 3)); served != 36 {
+	_, served := readBothWays(t, st, l, add, sampleRows(n, 3))
+	servedAllAndReadsBack(t, st, l, add, rec, served)
+}
+
+// flatFile returns local storage, flatLayout and n rows of flatRecord,
+// held until the test ends.
+func flatFile(t *testing.T, n int) (storage.Storage, Layout, arrow.RecordBatch) {
+	t.Helper()
+	l := flatLayout()
+	rec := flatRecord(t, l, n)
+	rec.Retain()
+	t.Cleanup(rec.Release)
+	return storage.NewLocal(t.TempDir()), l, rec
+}
+
+// servedAllAndReadsBack fails unless the direct reader served all 36
+// column chunks of a flatLayout file of three row groups and a whole read
+// of the file gives back rec.
+func servedAllAndReadsBack(t *testing.T, st storage.Storage, l Layout, add *delta.Add, rec arrow.RecordBatch, served int64) {
+	t.Helper()
+	if served != 36 {
 		t.Fatalf("the direct reader served %d of the 36 column chunks", served)
 	}
-	back, err := Read(ctx, st, l, add)
+	back, err := Read(context.Background(), st, l, add)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,11 +472,7 @@ func openWritten(t testing.TB, st storage.Storage, add *delta.Add) *pq.File {
 func TestTextPageRows(t *testing.T) {
 	const n, rows = 10_000, 37
 	ctx := context.Background()
-	st := storage.NewLocal(t.TempDir())
-	l := flatLayout()
-	rec := flatRecord(t, l, n)
-	rec.Retain()
-	defer rec.Release()
+	st, l, rec := flatFile(t, n)
 	opts := []WriteOption{PlainValues(), TextPageRows(rows), PageBytes(4096), RowGroupRows(4096)}
 	add, err := Write(ctx, st, l, rec, nil, append(opts, Compression(Lz4Raw))...)
 	if err != nil {
@@ -495,15 +507,6 @@ func TestTextPageRows(t *testing.T) {
 			}
 		}
 	}
-	if _, served := readLz4Checked(t, st, l, add, twin, sampleRows(n, 5)); served != 36 {
-		t.Fatalf("the direct reader served %d of the 36 column chunks", served)
-	}
-	back, err := Read(ctx, st, l, add)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer back.Release()
-	if !array.RecordEqual(back, rec) {
-		t.Fatal("the file read back differs from the record written")
-	}
+	_, served := readLz4Checked(t, st, l, add, twin, sampleRows(n, 5))
+	servedAllAndReadsBack(t, st, l, add, rec, served)
 }
