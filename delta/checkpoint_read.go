@@ -460,8 +460,11 @@ func ckptOpenParquet(r io.ReaderAt, size int64) (*parquet.File, error) {
 		}
 		for _, cc := range rg.Columns {
 			// parquet-go's LZ4_RAW decoder grows its buffer without bound
-			// on a corrupt block; no Delta writer we know uses LZ4 for
-			// checkpoints, so refuse it rather than risk a hang.
+			// on a corrupt block, and (v0.32) its page path reads a page
+			// that compresses less than threefold as zeros (stored-row
+			// reads decline LZ4 to parquet-go for the same reasons,
+			// datafile's points.go); no Delta writer we know uses LZ4 for
+			// checkpoints, so refuse it rather than misread or hang.
 			if cc.MetaData.Codec == format.Lz4Raw || cc.MetaData.Codec == format.Lz4 {
 				return nil, fmt.Errorf("open parquet: column %s: %s compression is not supported in checkpoints",
 					strings.Join(cc.MetaData.PathInSchema, "."), cc.MetaData.Codec)
