@@ -52,6 +52,9 @@ func TestParseConfigDefaults(t *testing.T) {
 	if o.QuarantineLocation != "/data/orders_quarantine" {
 		t.Errorf("quarantine location %q", o.QuarantineLocation)
 	}
+	if cfg.Kafka.FetchMaxBytes != DefaultFetchMaxBytes || cfg.Kafka.FetchMaxPartitionBytes != DefaultFetchMaxPartitionBytes {
+		t.Errorf("fetch bounds %d and %d, want the defaults", cfg.Kafka.FetchMaxBytes, cfg.Kafka.FetchMaxPartitionBytes)
+	}
 	if cfg.Kafka.OnOffsetGap != "fail" || o.SchemaPolicy != "additive" || o.WriteMode != "copy-on-write" {
 		t.Errorf("built-in defaults not applied: %+v", cfg)
 	}
@@ -111,6 +114,10 @@ tables: [{name: t, topic: x, location: /t, key_columns: [_cdc_seq]}]`, []string{
 pipeline: {id: p, memory_limit: 1000}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, location: /a}]`, []string{"pipeline.memory_limit"}},
+		{"fetch bounds out of range", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g, fetch_max_bytes: 4, fetch_max_partition_bytes: 4294967296}
+tables: [{name: t, topic: x, location: /a}]`, []string{"kafka.fetch_max_bytes", "kafka.fetch_max_partition_bytes"}},
 		{"duplicate names", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -524,6 +524,8 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		kgo.WithDecompressor(newFetchDecompressor(e.batches)),
 		kgo.WithPools(&e.recordSlices),
 	}
+	maxBytes, maxPartBytes := e.cfg.Kafka.fetchLimits()
+	opts = append(opts, kgo.FetchMaxBytes(maxBytes), kgo.FetchMaxPartitionBytes(maxPartBytes))
 	if e.cfg.Kafka.ClientID != "" {
 		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
 	}

@@ -9,18 +9,22 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
@@ -465,6 +469,106 @@ func TestEngineMemoryLimit(t *testing.T) {
 	stop()
 	if got := debug.SetMemoryLimit(-1); got != before {
 		t.Errorf("memory limit after Run: %d, want the previous %d", got, before)
+	}
+}
+
+// TestEngineFetchLimits: the Kafka client asks for fetches no larger
+// than kafka.fetch_max_bytes and partitions' parts no larger than
+// kafka.fetch_max_partition_bytes (the defaults when unset, also for a
+// Config built in code), and a record larger than both still arrives:
+// the bound never stalls a partition. Without the bound the client asks
+// for 50 MiB a fetch, which a topic of many partitions fills (see
+// DefaultFetchMaxBytes).
+func TestEngineFetchLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		set               func(*KafkaConfig)
+		maxBytes, maxPart int32
+	}{
+		{"defaults", func(*KafkaConfig) {}, DefaultFetchMaxBytes, DefaultFetchMaxPartitionBytes},
+		{"unset in code", func(k *KafkaConfig) { k.FetchMaxBytes, k.FetchMaxPartitionBytes = 0, 0 }, DefaultFetchMaxBytes, DefaultFetchMaxPartitionBytes},
+		{"configured", func(k *KafkaConfig) { k.FetchMaxBytes, k.FetchMaxPartitionBytes = 4096, 2048 }, 4096, 2048},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const nparts = 4
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nparts, "orders"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			var mu sync.Mutex
+			var fetches int
+			var maxBytes, maxPart []int32
+			c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				f := req.(*kmsg.FetchRequest)
+				mu.Lock()
+				defer mu.Unlock()
+				fetches++
+				maxBytes = append(maxBytes, f.MaxBytes)
+				for _, tp := range f.Topics {
+					for _, pp := range tp.Partitions {
+						maxPart = append(maxPart, pp.PartitionMaxBytes)
+					}
+				}
+				return nil, nil, false // observed only: the cluster answers
+			})
+			pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+				kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pcl.Close)
+			p := &producer{t: t, cl: pcl, topic: "orders", nparts: nparts, ends: map[int32]int64{}}
+			want := map[int]string{}
+			for id := range 200 {
+				status := fmt.Sprintf("s%d", id)
+				if id == 7 {
+					// Larger than the configured fetch bound, incompressible.
+					rnd := rand.New(rand.NewPCG(1, 2))
+					b := make([]byte, 6000)
+					for i := range b {
+						b[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[rnd.IntN(36)]
+					}
+					status = string(b)
+				}
+				p.change(id, int64(10+id), "c", status)
+				want[id] = status
+			}
+			dir := t.TempDir()
+			cfg := testConfig(t, c.ListenAddrs(), dir)
+			tc.set(&cfg.Kafka)
+			_, stop := startEngineWith(t, cfg)
+			defer stop()
+			waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
+			rows, _ := deltaRS(t, dir+"/orders")
+			got := map[int]string{}
+			for _, r := range rows {
+				id, err := strconv.Atoi(fmt.Sprint(r["id"]))
+				if err != nil {
+					t.Fatalf("row %v: %v", r, err)
+				}
+				got[id] = fmt.Sprint(r["status"])
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("table has %d rows, want %d; the large row: %d characters", len(got), len(want), len(got[7]))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if fetches == 0 || len(maxPart) == 0 {
+				t.Fatalf("%d fetch requests, %d partitions asked for: the test saw no fetch", fetches, len(maxPart))
+			}
+			for _, b := range maxBytes {
+				if b != tc.maxBytes {
+					t.Fatalf("a fetch asked for up to %d bytes, want %d", b, tc.maxBytes)
+				}
+			}
+			for _, b := range maxPart {
+				if b != tc.maxPart {
+					t.Fatalf("a partition asked for up to %d bytes, want %d", b, tc.maxPart)
+				}
+			}
+		})
 	}
 }
 

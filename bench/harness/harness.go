@@ -60,6 +60,9 @@ type Options struct {
 	TableProperties map[string]string
 	// MemoryLimit is the pipeline's memory_limit (0: none).
 	MemoryLimit int64
+	// FetchMaxBytes is the pipeline's kafka.fetch_max_bytes (0: the
+	// engine's default).
+	FetchMaxBytes int32
 	// CPUProfile is where the engine side writes a Go CPU profile of its
 	// run (empty: none).
 	CPUProfile string
@@ -448,12 +451,16 @@ func (o Options) pipelineYAML(brokers []string, topic, table string) string {
 	if o.MemoryLimit > 0 {
 		pipeline += fmt.Sprintf(", memory_limit: %d", o.MemoryLimit)
 	}
+	kafka := fmt.Sprintf("brokers: [%s], group: %q", strings.Join(q, ", "), fmt.Sprintf("cdcapply-bench-%d", time.Now().UnixNano()))
+	if o.FetchMaxBytes > 0 {
+		kafka += fmt.Sprintf(", fetch_max_bytes: %d", o.FetchMaxBytes)
+	}
 	return fmt.Sprintf(`pipeline: {%s}
-kafka: {brokers: [%s], group: %q}
+kafka: {%s}
 defaults: {%s}
 tables:
   - {name: orders, topic: %q, location: %q, key_columns: [id]}
-`, pipeline, strings.Join(q, ", "), fmt.Sprintf("cdcapply-bench-%d", time.Now().UnixNano()), defaults, topic, table)
+`, pipeline, kafka, defaults, topic, table)
 }
 
 // endOffsets asks the broker where each partition of topic ends.

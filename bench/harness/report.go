@@ -106,12 +106,13 @@ type OptionSummary struct {
 	// TableProperties are the pipeline's table_properties.
 	TableProperties map[string]string `json:"table_properties,omitempty"`
 	MemoryLimit     int64             `json:"memory_limit,omitempty"`
+	FetchMaxBytes   int32             `json:"fetch_max_bytes,omitempty"`
 	EngineProcess   bool              `json:"engine_process"`
 }
 
 func (o Options) summary() OptionSummary {
 	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
-		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, TableProperties: o.TableProperties, MemoryLimit: o.MemoryLimit, EngineProcess: len(o.EngineCommand) > 0}
+		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, TableProperties: o.TableProperties, MemoryLimit: o.MemoryLimit, FetchMaxBytes: o.FetchMaxBytes, EngineProcess: len(o.EngineCommand) > 0}
 	if s.Compression == "" {
 		s.Compression = "lz4"
 	}
