@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,47 @@ func TestLZ4DecompressorFrames(t *testing.T) {
 	got, err := d.Decompress(two, kgo.CodecLz4)
 	if err != nil || !bytes.Equal(got, append([]byte("first "), text.Bytes()[:100000]...)) {
 		t.Fatalf("two frames: %d bytes, err %v", len(got), err)
+	}
+}
+
+// TestLZ4DecompressorSizesByClass: small and large batches interleaved
+// (a topic of many partitions) each get a buffer their decoded size
+// fits, once a batch of their size was seen: a small batch of JSON
+// records with an inline schema compresses far less than a large one, so
+// one ratio for both undersized every large batch's buffer.
+func TestLZ4DecompressorSizesByClass(t *testing.T) {
+	schema := `{"schema":{"type":"struct","fields":[` + strings.Repeat(`{"type":"string","optional":true,"field":"column"},`, 40) + `{"type":"int64","field":"id"}]}`
+	batch := func(records int) []byte {
+		var b bytes.Buffer
+		for i := range records {
+			fmt.Fprintf(&b, `%s,"payload":{"id":%d,"status":"s%d"}}`, schema, i, i*7919%1000)
+		}
+		return b.Bytes()
+	}
+	small, large := batch(3), batch(2000)
+	smallFrame, largeFrame := lz4Frame(t, small), lz4Frame(t, large)
+	if sizeClass(smallFrame) == sizeClass(largeFrame) {
+		t.Fatalf("the batches' compressed sizes %d and %d share a class: the test needs two", len(smallFrame), len(largeFrame))
+	}
+	smallRatio, largeRatio := float64(len(small))/float64(len(smallFrame)), float64(len(large))/float64(len(largeFrame))
+	if largeRatio < 2*smallRatio {
+		t.Fatalf("ratios %.1f (small) and %.1f (large): the test needs the large batch to compress far better", smallRatio, largeRatio)
+	}
+	d := newFetchDecompressor(nil)
+	for round := range 4 {
+		for _, c := range []struct {
+			name        string
+			frame, want []byte
+		}{{"small", smallFrame, small}, {"large", largeFrame, large}} {
+			guess := d.size(c.frame, kgo.CodecLz4)
+			if round > 0 && guess < len(c.want) {
+				t.Fatalf("round %d, the %s batch: a buffer of %d bytes for %d", round, c.name, guess, len(c.want))
+			}
+			got, err := d.Decompress(c.frame, kgo.CodecLz4)
+			if err != nil || !bytes.Equal(got, c.want) {
+				t.Fatalf("round %d, the %s batch: %d bytes decoded, err %v", round, c.name, len(got), err)
+			}
+		}
 	}
 }
 
