@@ -472,6 +472,25 @@ func TestEngineMemoryLimit(t *testing.T) {
 	}
 }
 
+// statusByID reads the orders table at dir with delta-rs: each id's
+// status, with " true" appended for a tombstone.
+func statusByID(t *testing.T, dir string) map[int]string {
+	t.Helper()
+	rows, _ := deltaRS(t, dir)
+	got := map[int]string{}
+	for _, r := range rows {
+		id, err := strconv.Atoi(fmt.Sprint(r["id"]))
+		if err != nil {
+			t.Fatalf("row %v: %v", r, err)
+		}
+		got[id] = fmt.Sprint(r["status"])
+		if r[ColDeleted] == true {
+			got[id] += " true"
+		}
+	}
+	return got
+}
+
 // TestEngineFetchLimits: the Kafka client asks for fetches no larger
 // than kafka.fetch_max_bytes and partitions' parts no larger than
 // kafka.fetch_max_partition_bytes (the defaults when unset, also for a
@@ -541,15 +560,7 @@ func TestEngineFetchLimits(t *testing.T) {
 			_, stop := startEngineWith(t, cfg)
 			defer stop()
 			waitPositions(t, dir+"/orders", "shop", "orders", p.ends)
-			rows, _ := deltaRS(t, dir+"/orders")
-			got := map[int]string{}
-			for _, r := range rows {
-				id, err := strconv.Atoi(fmt.Sprint(r["id"]))
-				if err != nil {
-					t.Fatalf("row %v: %v", r, err)
-				}
-				got[id] = fmt.Sprint(r["status"])
-			}
+			got := statusByID(t, dir+"/orders")
 			if !maps.Equal(got, want) {
 				t.Errorf("table has %d rows, want %d; the large row: %d characters", len(got), len(want), len(got[7]))
 			}
@@ -609,18 +620,7 @@ func TestEnginePredecodesLargePolls(t *testing.T) {
 	if e.predecodedUsed.Load() == 0 {
 		t.Fatal("no record was decoded ahead: the test did not exercise predecode")
 	}
-	rows, _ := deltaRS(t, dir+"/orders")
-	got := map[int]string{}
-	for _, r := range rows {
-		id, err := strconv.Atoi(fmt.Sprint(r["id"]))
-		if err != nil {
-			t.Fatalf("row %v: %v", r, err)
-		}
-		got[id] = fmt.Sprint(r["status"])
-		if r[ColDeleted] == true {
-			got[id] += " true"
-		}
-	}
+	got := statusByID(t, dir+"/orders")
 	if len(got) != len(want) {
 		t.Fatalf("%d rows, want %d", len(got), len(want))
 	}
