@@ -3,7 +3,6 @@ package apply
 import (
 	"encoding/binary"
 	"errors"
-	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -48,7 +47,7 @@ type fetchDecompressor struct {
 	// 64-partition topic (small and large batches interleaved)
 	// undersized 31% of the buffers, each then grown by copying: 5 GB of
 	// the run's 12 GB allocated.
-	ratio   [kgo.CodecZstd + 1][33]atomic.Int64
+	ratio   [kgo.CodecZstd + 1][65]atomic.Int64
 	decoded atomic.Int64 // LZ4 batches decoded here (not by the fallback)
 	pooled  atomic.Int64 // batches the fallback decoded, registered with the pool
 }
@@ -113,7 +112,7 @@ func (d *fetchDecompressor) size(src []byte, codec kgo.CompressionCodecType) int
 }
 
 // sizeClass is the class of a compressed batch's size: its bit length.
-func sizeClass(src []byte) int { return bits.Len32(uint32(min(len(src), math.MaxUint32))) }
+func sizeClass(src []byte) int { return bits.Len(uint(len(src))) }
 
 // fallbackBuffers hands franz-go's default decompressor the pool's
 // buffers to decode into (only the capacity is used). It takes back a
