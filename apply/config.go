@@ -73,13 +73,13 @@ type KafkaConfig struct {
 // The fetch defaults. A fetch is decompressed whole before it is
 // polled, and the client keeps one buffered per broker while the engine
 // routes the one before: the engine's memory for fetched records follows
-// the fetch bound times the topics' compression ratio (about ninefold for
-// Debezium JSON with its inline schemas). The Kafka client's own default
-// of 50 MiB a fetch put up to 50 partitions' megabyte each into one
-// response: a 64-partition topic ran the 1M-key bench at 2.1 GiB peak RSS
-// against 0.8 GiB for four partitions (bench/README.md, session 34).
-// Four megabytes (four partitions' default share) cost no throughput
-// there.
+// the fetch bound times the topics' compression ratio (5 to 19 for the
+// bench's Debezium JSON batches with their inline schemas). The Kafka
+// client's own default of 50 MiB a fetch put up to 50 partitions'
+// megabyte each into one response: a 64-partition topic ran the 1M-key
+// bench at 2.1 GiB peak RSS, 0.63 GiB with 4 MiB, and faster
+// (bench/README.md, session 34). Four megabytes is what four
+// partitions' default share made a fetch before.
 const (
 	DefaultFetchMaxBytes          = 4 << 20
 	DefaultFetchMaxPartitionBytes = 1 << 20
