@@ -40,8 +40,11 @@ type Options struct {
 	// the wall clock (the freshness figure). Zero produces the whole
 	// stream first and then starts the engine (the throughput figure).
 	Rate float64
-	// Brokers are real Kafka brokers; empty starts an in-process kfake.
-	Brokers []string
+	// Brokers are real Kafka brokers; empty starts an in-process kfake
+	// of KfakeBrokers brokers (0: one), the partitions' leaders spread
+	// over them.
+	Brokers      []string
+	KfakeBrokers int
 	// Compression of the produced batches: none, lz4, snappy, zstd, gzip.
 	Compression string
 	// Dir is the run's directory: the table, the pipeline file, the stream
@@ -166,13 +169,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	brokers := o.Brokers
 	if len(brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(max(1, o.KfakeBrokers)))
 		if err != nil {
 			return nil, fmt.Errorf("bench: start the in-process broker: %w", err)
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
 		rep.Broker = "kfake (in the harness process)"
+		if o.KfakeBrokers > 1 {
+			rep.Broker = fmt.Sprintf("kfake, %d brokers (in the harness process)", o.KfakeBrokers)
+		}
 	} else {
 		rep.Broker = strings.Join(brokers, ",")
 	}

@@ -354,6 +354,47 @@ func TestSmokeMergeOnRead(t *testing.T) {
 	}
 }
 
+// TestSmokeKfakeBrokers: the in-process cluster of several brokers leads
+// the topic's partitions from each of them, and the engine's run over it
+// is verified like any other; the report names the brokers.
+func TestSmokeKfakeBrokers(t *testing.T) {
+	o := smokeOptions(t)
+	o.KfakeBrokers, o.Workload.Partitions = 3, 6
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.OK || rep.Throughput.Records != rep.Counts.TableRecords {
+		t.Fatalf("verified %v, engine read %d of %d records", rep.OK, rep.Throughput.Records, rep.Counts.TableRecords)
+	}
+	if !strings.Contains(rep.Broker, "3 brokers") || rep.Options.KfakeBrokers != 3 {
+		t.Errorf("report names broker %q and %d kfake brokers, want 3", rep.Broker, rep.Options.KfakeBrokers)
+	}
+}
+
+// TestByPhase: commits that only inserted and commits that changed rows
+// are summed apart, each over the time since the commit before it (the
+// first over the time since the first record).
+func TestByPhase(t *testing.T) {
+	e := &EngineResult{FirstAt: 100, Batches: []BatchStat{
+		{At: 600, Records: 1000, Inserted: 1000},           // 0.5 s
+		{At: 1100, Records: 2000, Inserted: 2000},          // 0.5 s
+		{At: 3100, Records: 3000, Updated: 10, Deleted: 1}, // 2 s
+		{At: 4100, Records: 1000, Inserted: 5, Revived: 1}, // 1 s
+	}}
+	got := byPhase(e, 4000)
+	want := []PhaseFigures{
+		{Phase: phaseInserts, Commits: 2, Records: 3000, Seconds: 1, EventsPerSec: 3000, OverDecode: 0.75},
+		{Phase: phaseChanges, Commits: 2, Records: 4000, Seconds: 3, EventsPerSec: 4000.0 / 3, OverDecode: 1.0 / 3},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("byPhase:\n got %+v\nwant %+v", got, want)
+	}
+	if got := byPhase(&EngineResult{FirstAt: -1}, 4000); len(got) != 0 {
+		t.Errorf("no commits: %+v, want none", got)
+	}
+}
+
 // TestCheckpointFigures: only the batches that wrote a checkpoint count,
 // and the first and last tenth show a checkpoint that grew over the run.
 func TestCheckpointFigures(t *testing.T) {

@@ -48,7 +48,12 @@ type Report struct {
 	// CPURatio is the engine's events per CPU-second over decode-only's
 	// records per CPU-second: the same comparison without the cores the
 	// host did not give either of them (HostCPU's steal).
-	CPURatio    float64            `json:"e2e_over_decode_per_cpu_second,omitempty"`
+	CPURatio float64 `json:"e2e_over_decode_per_cpu_second,omitempty"`
+	// ByPhase splits the end-to-end throughput between the commits that
+	// only inserted (a snapshot's reads into new keys) and those that
+	// updated, deleted or revived rows (the streamed changes): where
+	// the run's time went when the two differ.
+	ByPhase     []PhaseFigures     `json:"throughput_by_phase,omitempty"`
 	CostBySize  []CostBucket       `json:"cost_by_table_size,omitempty"`
 	Checkpoints *CheckpointFigures `json:"checkpoints,omitempty"`
 	Peers       []PeerResult       `json:"peers,omitempty"`
@@ -107,12 +112,18 @@ type OptionSummary struct {
 	TableProperties map[string]string `json:"table_properties,omitempty"`
 	MemoryLimit     int64             `json:"memory_limit,omitempty"`
 	FetchMaxBytes   int32             `json:"fetch_max_bytes,omitempty"`
-	EngineProcess   bool              `json:"engine_process"`
+	// KfakeBrokers is the in-process cluster's brokers (unset: one).
+	KfakeBrokers  int  `json:"kfake_brokers,omitempty"`
+	EngineProcess bool `json:"engine_process"`
 }
 
 func (o Options) summary() OptionSummary {
 	s := OptionSummary{Workload: o.Workload, Rate: o.Rate, Compression: o.Compression, MaxRecords: o.MaxRecords,
-		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, TableProperties: o.TableProperties, MemoryLimit: o.MemoryLimit, FetchMaxBytes: o.FetchMaxBytes, EngineProcess: len(o.EngineCommand) > 0}
+		MaxBytes: o.MaxBytes, BacklogFactor: o.BacklogFactor, WriteMode: o.WriteMode, TableProperties: o.TableProperties, MemoryLimit: o.MemoryLimit, FetchMaxBytes: o.FetchMaxBytes,
+		EngineProcess: len(o.EngineCommand) > 0}
+	if len(o.Brokers) == 0 && o.KfakeBrokers > 1 {
+		s.KfakeBrokers = o.KfakeBrokers
+	}
 	if s.Compression == "" {
 		s.Compression = "lz4"
 	}
@@ -299,7 +310,7 @@ type SeriesPoint struct {
 func (r *Report) fail(msg string) {
 	r.OK = false
 	r.Failure = msg
-	r.Throughput, r.Freshness, r.Memory, r.CostBySize, r.Series = nil, nil, nil, nil, nil
+	r.Throughput, r.Freshness, r.Memory, r.CostBySize, r.Series, r.ByPhase = nil, nil, nil, nil, nil, nil
 }
 
 // compute derives the figures from the engine's result.
@@ -343,9 +354,72 @@ func (r *Report) compute() {
 	if r.Decode.PerCPUSecond > 0 {
 		r.CPURatio = t.EventsPerCPUSecond / r.Decode.PerCPUSecond
 	}
+	r.ByPhase = byPhase(e, r.Decode.BothCores)
 	r.CostBySize = costBySize(e.Batches)
 	r.Checkpoints = checkpointFigures(e.Checkpoints, e.Batches)
 	r.Series = series(e)
+}
+
+// PhaseFigures is the throughput of one kind of commit: its records over
+// the time from the commit before it (the first commit's from the first
+// record), summed over the commits of that kind.
+type PhaseFigures struct {
+	Phase        string  `json:"phase"`
+	Commits      int     `json:"commits"`
+	Records      int64   `json:"records"`
+	Seconds      float64 `json:"seconds"`
+	EventsPerSec float64 `json:"events_per_sec"`
+	// OverDecode is EventsPerSec over the run's decode-only (both cores),
+	// which decodes a sample of the whole stream: the phases' records
+	// differ in size, so it is a guide, not the run's ratio.
+	OverDecode float64 `json:"over_decode_both_cores,omitempty"`
+}
+
+// The phases byPhase reports.
+const (
+	phaseInserts = "inserts only"
+	phaseChanges = "updates or deletes"
+)
+
+// byPhase splits the run's commits into those that only inserted and
+// those that updated, deleted or revived a row, with each kind's records
+// and the time since the commit before each (a batch is read while the
+// one before commits, so the span between commits is a batch's share of
+// the run).
+func byPhase(e *EngineResult, decodeBoth float64) []PhaseFigures {
+	acc := map[string]*PhaseFigures{}
+	prev := max(e.FirstAt, 0) // -1: no record arrived
+	for _, b := range e.Batches {
+		span := (b.At - prev) / 1000
+		prev = b.At
+		name := phaseChanges
+		if b.Updated+b.Deleted+b.Revived == 0 {
+			name = phaseInserts
+		}
+		f := acc[name]
+		if f == nil {
+			f = &PhaseFigures{Phase: name}
+			acc[name] = f
+		}
+		f.Commits++
+		f.Records += int64(b.Records)
+		f.Seconds += max(span, 0)
+	}
+	var out []PhaseFigures
+	for _, name := range []string{phaseInserts, phaseChanges} {
+		f := acc[name]
+		if f == nil {
+			continue
+		}
+		if f.Seconds > 0 {
+			f.EventsPerSec = float64(f.Records) / f.Seconds
+		}
+		if decodeBoth > 0 {
+			f.OverDecode = f.EventsPerSec / decodeBoth
+		}
+		out = append(out, *f)
+	}
+	return out
 }
 
 // costBySize groups commits by decade of the table's rows before them.
@@ -411,7 +485,7 @@ func series(e *EngineResult) []SeriesPoint {
 	for i := range pts {
 		pts[i].T = float64(i + 1)
 	}
-	prev := e.FirstAt
+	prev := max(e.FirstAt, 0) // -1: no record arrived
 	for _, b := range e.Batches {
 		i := min(int(b.At/1000), n-1)
 		pts[i].FreshP50 = max(pts[i].FreshP50, b.FreshP50)
@@ -622,6 +696,9 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  (%.2f against the faster measurement)", r.DecodeRatioFaster)
 	}
 	fmt.Fprintln(w)
+	for _, p := range r.ByPhase {
+		fmt.Fprintf(w, "  %-34s %12.0f events/s  (%.2f of decode-only; %d records in %.2fs, %d commits)\n", "  commits with "+p.Phase, p.EventsPerSec, p.OverDecode, p.Records, p.Seconds, p.Commits)
+	}
 	fmt.Fprintf(w, "  %-34s %12.1f s CPU (%.2f cores busy on average); %.0f events per CPU-second (decode-only: %.0f records per CPU-second; ratio %.2f)\n",
 		"engine CPU", t.CPUSeconds, t.CPUSeconds/max(t.SecondsWithStartup, 1e-9), t.EventsPerCPUSecond, r.Decode.PerCPUSecond, r.CPURatio)
 	if e := r.Engine; e != nil {

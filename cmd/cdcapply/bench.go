@@ -53,6 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memLimit := fs.Int64("memory-limit", 0, "the pipeline's memory_limit in bytes: the engine's soft memory limit (0: none)")
 	maxBytes := fs.Int64("max-bytes", 0, "flush.max_bytes (0: the engine's default)")
 	fetchMaxBytes := fs.Int("fetch-max-bytes", 0, "kafka.fetch_max_bytes: the bound of one fetch response, compressed (0: the engine's default)")
+	kfakeBrokers := fs.Int("kfake-brokers", 1, "brokers of the in-process kfake (the partitions' leaders spread over them)")
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
 	backlogFactor := fs.Int("backlog-factor", 0, "flush.backlog_factor (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
@@ -92,6 +93,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *fetchMaxBytes < 0 || *fetchMaxBytes > math.MaxInt32 {
 		return fmt.Errorf("bench: -fetch-max-bytes %d: want 0 (the engine's default) or a positive 32-bit count of bytes", *fetchMaxBytes)
 	}
+	if *kfakeBrokers < 1 {
+		return fmt.Errorf("bench: -kfake-brokers %d: want at least 1", *kfakeBrokers)
+	}
 	if *duration > 0 {
 		if *rate <= 0 {
 			return fmt.Errorf("bench: -duration needs -rate")
@@ -100,7 +104,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := harness.Options{
 		Workload: cfg, Rate: *rate, Compression: *compression, Dir: *dir,
-		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, FetchMaxBytes: int32(*fetchMaxBytes), MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, TableProperties: tableProps, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile, HeapProfileEvery: *heapEvery,
+		MaxRecords: *maxRecords, MaxBytes: *maxBytes, MemoryLimit: *memLimit, FetchMaxBytes: int32(*fetchMaxBytes), KfakeBrokers: *kfakeBrokers, MaxLatency: *maxLatency, BacklogFactor: *backlogFactor, WriteMode: *mergeMode, TableProperties: tableProps, CPUProfile: *cpuProfile, Trace: *tracePath, HeapProfile: *heapProfile, HeapProfileEvery: *heapEvery,
 		Timeout: *timeout, DecodeSample: *decodeSample, DecodeTime: *decodeTime,
 		Prefill: *prefill, VerifyDeltaRS: *verifyDeltaRS, PeerPython: *peerPython, PeerBatch: *peerBatch, RepoRoot: *repo, Log: stderr,
 	}
