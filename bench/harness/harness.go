@@ -41,8 +41,8 @@ type Options struct {
 	// stream first and then starts the engine (the throughput figure).
 	Rate float64
 	// Brokers are real Kafka brokers; empty starts an in-process kfake
-	// of KfakeBrokers brokers (0: one), the partitions' leaders spread
-	// over them.
+	// of KfakeBrokers brokers (0: one), which gives each partition a
+	// leader drawn at random among them.
 	Brokers      []string
 	KfakeBrokers int
 	// Compression of the produced batches: none, lz4, snappy, zstd, gzip.

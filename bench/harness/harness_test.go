@@ -354,9 +354,9 @@ func TestSmokeMergeOnRead(t *testing.T) {
 	}
 }
 
-// TestSmokeKfakeBrokers: the in-process cluster of several brokers leads
-// the topic's partitions from each of them, and the engine's run over it
-// is verified like any other; the report names the brokers.
+// TestSmokeKfakeBrokers: on an in-process cluster of several brokers
+// (kfake draws each partition's leader among them) the engine's run is
+// verified like any other; the report names the brokers.
 func TestSmokeKfakeBrokers(t *testing.T) {
 	o := smokeOptions(t)
 	o.KfakeBrokers, o.Workload.Partitions = 3, 6

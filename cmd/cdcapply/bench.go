@@ -53,7 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memLimit := fs.Int64("memory-limit", 0, "the pipeline's memory_limit in bytes: the engine's soft memory limit (0: none)")
 	maxBytes := fs.Int64("max-bytes", 0, "flush.max_bytes (0: the engine's default)")
 	fetchMaxBytes := fs.Int("fetch-max-bytes", 0, "kafka.fetch_max_bytes: the bound of one fetch response, compressed (0: the engine's default)")
-	kfakeBrokers := fs.Int("kfake-brokers", 1, "brokers of the in-process kfake (the partitions' leaders spread over them)")
+	kfakeBrokers := fs.Int("kfake-brokers", 1, "brokers of the in-process kfake (each partition's leader drawn at random among them)")
 	maxLatency := fs.Duration("max-latency", 0, "flush.max_latency (0: the engine's default)")
 	backlogFactor := fs.Int("backlog-factor", 0, "flush.backlog_factor (0: the engine's default)")
 	mergeMode := fs.String("merge-mode", "", "the table's write_mode (copy-on-write, merge-on-read; empty: the engine's default)")
