@@ -22,30 +22,32 @@ import (
 // without the wall clock) and keeps every k-th record of the table's topic
 // so that about n records spread over the whole stream (snapshot reads and
 // streamed changes in their proportions) are kept for the decode-only
-// measurement; when file is not empty it also writes the table's records
-// there as JSON lines for the peers (bench/peers/CONTRACT.md).
-func collectStream(cfg workload.Config, n int, file string) ([]debezium.Record, error) {
+// measurement, and says of each whether it is a snapshot read; when file
+// is not empty it also writes the table's records there as JSON lines for
+// the peers (bench/peers/CONTRACT.md).
+func collectStream(cfg workload.Config, n int, file string) ([]debezium.Record, []bool, error) {
 	cfg.Clock = nil
 	o, err := workload.OracleFor(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	total := o.Counts().TableRecords
 	stride := max(1, total/int64(max(n, 1)))
 	g, err := workload.New(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var w *bufio.Writer
 	if file != "" {
 		f, err := os.Create(file)
 		if err != nil {
-			return nil, fmt.Errorf("bench: write the stream file: %w", err)
+			return nil, nil, fmt.Errorf("bench: write the stream file: %w", err)
 		}
 		defer f.Close()
 		w = bufio.NewWriterSize(f, 4<<20)
 	}
 	var out []debezium.Record
+	var reads []bool
 	var ev workload.Event
 	var line []byte
 	var i int64
@@ -56,20 +58,33 @@ func collectStream(cfg workload.Config, n int, file string) ([]debezium.Record, 
 		if w != nil {
 			line = workload.AppendJSONLine(line[:0], &ev.Record)
 			if _, err := w.Write(line); err != nil {
-				return nil, fmt.Errorf("bench: write the stream file: %w", err)
+				return nil, nil, fmt.Errorf("bench: write the stream file: %w", err)
 			}
 		}
 		if i%stride == 0 && len(out) < n {
 			out = append(out, ev.Record)
+			reads = append(reads, ev.Change != nil && ev.Change.Op == debezium.OpRead && ev.Class == debezium.ClassChange)
 		}
 		i++
 	}
 	if w != nil {
 		if err := w.Flush(); err != nil {
-			return nil, fmt.Errorf("bench: write the stream file: %w", err)
+			return nil, nil, fmt.Errorf("bench: write the stream file: %w", err)
 		}
 	}
-	return out, nil
+	return out, reads, nil
+}
+
+// splitReads returns the sample's snapshot reads and its other records.
+func splitReads(sample []debezium.Record, reads []bool) (snapshot, rest []debezium.Record) {
+	for i := range sample {
+		if reads[i] {
+			snapshot = append(snapshot, sample[i])
+		} else {
+			rest = append(rest, sample[i])
+		}
+	}
+	return snapshot, rest
 }
 
 // DecodeFigures are the decode-only measurements: the engine's decoder
@@ -86,6 +101,12 @@ type DecodeFigures struct {
 	// during the two-goroutine measurement: less sensitive than the wall
 	// clock figures to other processes competing for the cores.
 	PerCPUSecond float64 `json:"records_per_cpu_second"`
+	// ReadsBothCores and ChangesBothCores are BothCores over the
+	// sample's snapshot reads alone and over its other records alone
+	// (streamed changes, Kafka tombstones, duplicates): the baselines of
+	// the report's two phases. Unset when the sample lacks either.
+	ReadsBothCores   float64 `json:"reads_both_cores_records_per_sec,omitempty"`
+	ChangesBothCores float64 `json:"changes_both_cores_records_per_sec,omitempty"`
 	// OwnProcess says the figures were measured in a process of their own
 	// (DecodeCommand), whose heap is the sample alone; otherwise in the
 	// harness's process, where the collector also marks the generator's
@@ -120,8 +141,9 @@ func meanOf(before, after DecodeFigures) DecodeFigures {
 	return DecodeFigures{
 		Sample: after.Sample, Workers: after.Workers, OwnProcess: before.OwnProcess && after.OwnProcess,
 		OneCore: (before.OneCore + after.OneCore) / 2, BothCores: (before.BothCores + after.BothCores) / 2,
-		PerCPUSecond: (before.PerCPUSecond + after.PerCPUSecond) / 2,
-		Before:       &before, After: &after,
+		PerCPUSecond:   (before.PerCPUSecond + after.PerCPUSecond) / 2,
+		ReadsBothCores: (before.ReadsBothCores + after.ReadsBothCores) / 2, ChangesBothCores: (before.ChangesBothCores + after.ChangesBothCores) / 2,
+		Before: &before, After: &after,
 	}
 }
 
@@ -144,6 +166,7 @@ type DecodeJob struct {
 type decodeRun struct {
 	job     DecodeJob
 	sample  []debezium.Record // in this process
+	reads   []bool            // which of sample are snapshot reads
 	command []string
 	cmd     *exec.Cmd
 	in      io.WriteCloser
@@ -153,11 +176,11 @@ type decodeRun struct {
 func startDecodeOnly(ctx context.Context, command []string, job DecodeJob) (*decodeRun, error) {
 	d := &decodeRun{job: job, command: command}
 	if len(command) == 0 {
-		sample, err := collectStream(job.Workload, job.Sample, "")
+		sample, reads, err := collectStream(job.Workload, job.Sample, "")
 		if err != nil {
 			return nil, err
 		}
-		d.sample = sample
+		d.sample, d.reads = sample, reads
 		return d, nil
 	}
 	cmd, in, out, err := startChild(ctx, command, "decode-only")
@@ -182,7 +205,7 @@ func (d *decodeRun) measure(ctx context.Context) (DecodeFigures, error) {
 
 func (d *decodeRun) measureOnce(ctx context.Context) (DecodeFigures, error) {
 	if d.cmd == nil {
-		return measureDecode(ctx, d.sample, d.job.MinTime)
+		return measureDecode(ctx, d.sample, d.reads, d.job.MinTime)
 	}
 	if _, err := io.WriteString(d.in, "measure\n"); err != nil {
 		return DecodeFigures{}, d.failed(fmt.Errorf("ask for a measurement: %w", err))
@@ -249,7 +272,7 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return fail(fmt.Errorf("bench decode-only: read the job: %w", err))
 	}
-	sample, err := collectStream(job.Workload, job.Sample, "")
+	sample, reads, err := collectStream(job.Workload, job.Sample, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -260,7 +283,7 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 		} else if err != nil {
 			return fail(fmt.Errorf("bench decode-only: read: %w", err))
 		}
-		f, err := measureDecode(ctx, sample, job.MinTime)
+		f, err := measureDecode(ctx, sample, reads, job.MinTime)
 		if err != nil {
 			return fail(err)
 		}
@@ -272,8 +295,9 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 }
 
 // measureDecode decodes the sample with one goroutine and then with two,
-// each for at least minTime (whole passes over its share).
-func measureDecode(ctx context.Context, sample []debezium.Record, minTime time.Duration) (DecodeFigures, error) {
+// then its snapshot reads and its other records apart with two, each for
+// at least minTime (whole passes over its share).
+func measureDecode(ctx context.Context, sample []debezium.Record, reads []bool, minTime time.Duration) (DecodeFigures, error) {
 	f := DecodeFigures{Sample: len(sample), Workers: 2}
 	if len(sample) == 0 {
 		return f, nil
@@ -287,6 +311,14 @@ func measureDecode(ctx context.Context, sample []debezium.Record, minTime time.D
 		return f, err
 	}
 	f.OneCore, f.BothCores, f.PerCPUSecond = one, both, perCPU
+	if snapshot, rest := splitReads(sample, reads); len(snapshot) > 0 && len(rest) > 0 {
+		if f.ReadsBothCores, _, err = decodeWith(ctx, snapshot, 2, minTime); err != nil {
+			return f, err
+		}
+		if f.ChangesBothCores, _, err = decodeWith(ctx, rest, 2, minTime); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
 }
 

@@ -16,7 +16,7 @@ import (
 func BenchmarkDecodeWorkload(b *testing.B) {
 	cfg := workload.Default()
 	cfg.Keys, cfg.Events = 20_000, 20_000
-	sample, err := collectStream(cfg, 4_000, "")
+	sample, _, err := collectStream(cfg, 4_000, "")
 	if err != nil {
 		b.Fatal(err)
 	}

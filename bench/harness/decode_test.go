@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcapply/cdcapply/bench/workload"
+	"github.com/cdcapply/cdcapply/debezium"
 )
 
 // TestServeDecode runs the decode-only process's side in this process: a
@@ -44,13 +45,59 @@ func TestServeDecode(t *testing.T) {
 // TestDecodeFiguresMean: the baseline is the mean of the measurements
 // before and after the engine, and the faster one is kept apart.
 func TestDecodeFiguresMean(t *testing.T) {
-	m := meanOf(DecodeFigures{OneCore: 100, BothCores: 300, PerCPUSecond: 150, OwnProcess: true, Sample: 7},
-		DecodeFigures{OneCore: 200, BothCores: 500, PerCPUSecond: 250, OwnProcess: true, Sample: 7})
+	m := meanOf(DecodeFigures{OneCore: 100, BothCores: 300, PerCPUSecond: 150, ReadsBothCores: 200, ChangesBothCores: 600, OwnProcess: true, Sample: 7},
+		DecodeFigures{OneCore: 200, BothCores: 500, PerCPUSecond: 250, ReadsBothCores: 400, ChangesBothCores: 800, OwnProcess: true, Sample: 7})
 	if m.OneCore != 150 || m.BothCores != 400 || m.PerCPUSecond != 200 || !m.OwnProcess || m.Sample != 7 || m.FasterBothCores() != 500 {
 		t.Fatalf("mean %+v, faster %v", m, m.FasterBothCores())
 	}
+	if m.ReadsBothCores != 300 || m.ChangesBothCores != 700 {
+		t.Fatalf("mean of the phases' rates: reads %v, changes %v; want 300 and 700", m.ReadsBothCores, m.ChangesBothCores)
+	}
 	if single := (DecodeFigures{BothCores: 300}); single.FasterBothCores() != 300 {
 		t.Fatalf("single measurement: faster %v", single.FasterBothCores())
+	}
+}
+
+// TestDecodeSampleReads: the sample tells the snapshot's reads from the
+// other records as the decoder classifies them, and the measurement
+// gives a rate for each part.
+func TestDecodeSampleReads(t *testing.T) {
+	cfg := workload.Default()
+	cfg.Keys, cfg.SnapshotKeys, cfg.Events = 300, 300, 600
+	sample, reads, err := collectStream(cfg, 400, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reads) != len(sample) {
+		t.Fatalf("%d flags for %d records", len(reads), len(sample))
+	}
+	d, err := newDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nReads := 0
+	for i := range sample {
+		ch, err := d.Decode(context.Background(), &sample[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		isRead := ch.Class == debezium.ClassChange && ch.Op == debezium.OpRead
+		if isRead != reads[i] {
+			t.Fatalf("record %d (offset %d): flagged read %v, decoded op %q class %v", i, sample[i].Offset, reads[i], ch.Op, ch.Class)
+		}
+		if isRead {
+			nReads++
+		}
+	}
+	if nReads == 0 || nReads == len(sample) {
+		t.Fatalf("%d reads of %d sampled records: want both kinds", nReads, len(sample))
+	}
+	f, err := measureDecode(context.Background(), sample, reads, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ReadsBothCores <= 0 || f.ChangesBothCores <= 0 || f.BothCores <= 0 {
+		t.Fatalf("rates: all %v, reads %v, others %v; want each measured", f.BothCores, f.ReadsBothCores, f.ChangesBothCores)
 	}
 }
 

@@ -382,7 +382,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var streamFile string
 	if len(o.Peers) > 0 {
 		streamFile = filepath.Join(dir, "stream.jsonl")
-		if _, err := collectStream(wcfg, 0, streamFile); err != nil {
+		if _, _, err := collectStream(wcfg, 0, streamFile); err != nil {
 			return nil, err
 		}
 	}

@@ -374,7 +374,8 @@ func TestSmokeKfakeBrokers(t *testing.T) {
 
 // TestByPhase: commits that only inserted and commits that changed rows
 // are summed apart, each over the time since the commit before it (the
-// first over the time since the first record).
+// first over the time since the first record), and set beside the
+// decode-only rate of their own records.
 func TestByPhase(t *testing.T) {
 	e := &EngineResult{FirstAt: 100, Batches: []BatchStat{
 		{At: 600, Records: 1000, Inserted: 1000},           // 0.5 s
@@ -382,15 +383,15 @@ func TestByPhase(t *testing.T) {
 		{At: 3100, Records: 3000, Updated: 10, Deleted: 1}, // 2 s
 		{At: 4100, Records: 1000, Inserted: 5, Revived: 1}, // 1 s
 	}}
-	got := byPhase(e, 4000)
+	got := byPhase(e, DecodeFigures{BothCores: 5000, ReadsBothCores: 4000, ChangesBothCores: 8000})
 	want := []PhaseFigures{
 		{Phase: phaseInserts, Commits: 2, Records: 3000, Seconds: 1, EventsPerSec: 3000, OverDecode: 0.75},
-		{Phase: phaseChanges, Commits: 2, Records: 4000, Seconds: 3, EventsPerSec: 4000.0 / 3, OverDecode: 1.0 / 3},
+		{Phase: phaseChanges, Commits: 2, Records: 4000, Seconds: 3, EventsPerSec: 4000.0 / 3, OverDecode: 1.0 / 6},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("byPhase:\n got %+v\nwant %+v", got, want)
 	}
-	if got := byPhase(&EngineResult{FirstAt: -1}, 4000); len(got) != 0 {
+	if got := byPhase(&EngineResult{FirstAt: -1}, DecodeFigures{}); len(got) != 0 {
 		t.Errorf("no commits: %+v, want none", got)
 	}
 }
