@@ -75,16 +75,23 @@ func collectStream(cfg workload.Config, n int, file string) ([]debezium.Record, 
 	return out, reads, nil
 }
 
-// splitReads returns the sample's snapshot reads and its other records.
-func splitReads(sample []debezium.Record, reads []bool) (snapshot, rest []debezium.Record) {
+// decodeSample is the decode-only sample, whole and split into its
+// snapshot reads and its other records, split once when it is collected
+// (before the collection that leaves the decoders the sample alone).
+type decodeSample struct {
+	all, reads, rest []debezium.Record
+}
+
+func splitSample(sample []debezium.Record, reads []bool) decodeSample {
+	s := decodeSample{all: sample}
 	for i := range sample {
 		if reads[i] {
-			snapshot = append(snapshot, sample[i])
+			s.reads = append(s.reads, sample[i])
 		} else {
-			rest = append(rest, sample[i])
+			s.rest = append(s.rest, sample[i])
 		}
 	}
-	return snapshot, rest
+	return s
 }
 
 // DecodeFigures are the decode-only measurements: the engine's decoder
@@ -165,8 +172,7 @@ type DecodeJob struct {
 // until asked to measure, so a measurement never overlaps the engine.
 type decodeRun struct {
 	job     DecodeJob
-	sample  []debezium.Record // in this process
-	reads   []bool            // which of sample are snapshot reads
+	sample  decodeSample // in this process
 	command []string
 	cmd     *exec.Cmd
 	in      io.WriteCloser
@@ -180,7 +186,7 @@ func startDecodeOnly(ctx context.Context, command []string, job DecodeJob) (*dec
 		if err != nil {
 			return nil, err
 		}
-		d.sample, d.reads = sample, reads
+		d.sample = splitSample(sample, reads)
 		return d, nil
 	}
 	cmd, in, out, err := startChild(ctx, command, "decode-only")
@@ -205,7 +211,7 @@ func (d *decodeRun) measure(ctx context.Context) (DecodeFigures, error) {
 
 func (d *decodeRun) measureOnce(ctx context.Context) (DecodeFigures, error) {
 	if d.cmd == nil {
-		return measureDecode(ctx, d.sample, d.reads, d.job.MinTime)
+		return measureDecode(ctx, d.sample, d.job.MinTime)
 	}
 	if _, err := io.WriteString(d.in, "measure\n"); err != nil {
 		return DecodeFigures{}, d.failed(fmt.Errorf("ask for a measurement: %w", err))
@@ -272,10 +278,11 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return fail(fmt.Errorf("bench decode-only: read the job: %w", err))
 	}
-	sample, reads, err := collectStream(job.Workload, job.Sample, "")
+	all, reads, err := collectStream(job.Workload, job.Sample, "")
 	if err != nil {
 		return fail(err)
 	}
+	sample := splitSample(all, reads)
 	runtime.GC()
 	for {
 		if _, err := r.ReadBytes('\n'); err == io.EOF {
@@ -283,7 +290,7 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 		} else if err != nil {
 			return fail(fmt.Errorf("bench decode-only: read: %w", err))
 		}
-		f, err := measureDecode(ctx, sample, reads, job.MinTime)
+		f, err := measureDecode(ctx, sample, job.MinTime)
 		if err != nil {
 			return fail(err)
 		}
@@ -297,25 +304,25 @@ func ServeDecode(ctx context.Context, in io.Reader, out io.Writer) error {
 // measureDecode decodes the sample with one goroutine and then with two,
 // then its snapshot reads and its other records apart with two, each for
 // at least minTime (whole passes over its share).
-func measureDecode(ctx context.Context, sample []debezium.Record, reads []bool, minTime time.Duration) (DecodeFigures, error) {
-	f := DecodeFigures{Sample: len(sample), Workers: 2}
-	if len(sample) == 0 {
+func measureDecode(ctx context.Context, sample decodeSample, minTime time.Duration) (DecodeFigures, error) {
+	f := DecodeFigures{Sample: len(sample.all), Workers: 2}
+	if len(sample.all) == 0 {
 		return f, nil
 	}
-	one, _, err := decodeWith(ctx, sample, 1, minTime)
+	one, _, err := decodeWith(ctx, sample.all, 1, minTime)
 	if err != nil {
 		return f, err
 	}
-	both, perCPU, err := decodeWith(ctx, sample, 2, minTime)
+	both, perCPU, err := decodeWith(ctx, sample.all, 2, minTime)
 	if err != nil {
 		return f, err
 	}
 	f.OneCore, f.BothCores, f.PerCPUSecond = one, both, perCPU
-	if snapshot, rest := splitReads(sample, reads); len(snapshot) > 0 && len(rest) > 0 {
-		if f.ReadsBothCores, _, err = decodeWith(ctx, snapshot, 2, minTime); err != nil {
+	if len(sample.reads) > 0 && len(sample.rest) > 0 {
+		if f.ReadsBothCores, _, err = decodeWith(ctx, sample.reads, 2, minTime); err != nil {
 			return f, err
 		}
-		if f.ChangesBothCores, _, err = decodeWith(ctx, rest, 2, minTime); err != nil {
+		if f.ChangesBothCores, _, err = decodeWith(ctx, sample.rest, 2, minTime); err != nil {
 			return f, err
 		}
 	}

@@ -92,7 +92,7 @@ func TestDecodeSampleReads(t *testing.T) {
 	if nReads == 0 || nReads == len(sample) {
 		t.Fatalf("%d reads of %d sampled records: want both kinds", nReads, len(sample))
 	}
-	f, err := measureDecode(context.Background(), sample, reads, time.Millisecond)
+	f, err := measureDecode(context.Background(), splitSample(sample, reads), time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
