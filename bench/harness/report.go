@@ -390,41 +390,31 @@ const (
 // the run), each set beside its decode-only rate (d's ReadsBothCores,
 // ChangesBothCores).
 func byPhase(e *EngineResult, d DecodeFigures) []PhaseFigures {
-	acc := map[string]*PhaseFigures{}
+	phases := [2]PhaseFigures{{Phase: phaseInserts}, {Phase: phaseChanges}}
+	bases := [2]float64{d.ReadsBothCores, d.ChangesBothCores}
 	prev := max(e.FirstAt, 0) // -1: no record arrived
 	for _, b := range e.Batches {
-		span := (b.At - prev) / 1000
-		prev = b.At
-		name := phaseChanges
+		f := &phases[1]
 		if b.Updated+b.Deleted+b.Revived == 0 {
-			name = phaseInserts
-		}
-		f := acc[name]
-		if f == nil {
-			f = &PhaseFigures{Phase: name}
-			acc[name] = f
+			f = &phases[0]
 		}
 		f.Commits++
 		f.Records += int64(b.Records)
-		f.Seconds += max(span, 0)
+		f.Seconds += max((b.At-prev)/1000, 0)
+		prev = b.At
 	}
 	var out []PhaseFigures
-	for _, name := range []string{phaseInserts, phaseChanges} {
-		f := acc[name]
-		if f == nil {
+	for i, f := range phases {
+		if f.Commits == 0 {
 			continue
 		}
 		if f.Seconds > 0 {
 			f.EventsPerSec = float64(f.Records) / f.Seconds
 		}
-		base := d.ChangesBothCores
-		if name == phaseInserts {
-			base = d.ReadsBothCores
+		if bases[i] > 0 {
+			f.OverDecode = f.EventsPerSec / bases[i]
 		}
-		if base > 0 {
-			f.OverDecode = f.EventsPerSec / base
-		}
-		out = append(out, *f)
+		out = append(out, f)
 	}
 	return out
 }
