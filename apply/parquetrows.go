@@ -121,6 +121,10 @@ const MergeOnReadRowGroupRows = 8192
 // stored reads of a 1M-row batch took 77.5, 72.2 and 89.1 ms with 16, 32
 // and 64 KiB pages, for tables of 207.4, 177.8 and 162.7 MiB, and the
 // new file's write 69.4, 54.2 and 57.2 ms. parquet-go's default is 256 KiB.
+// Those figures were taken on text that compressed 10x; on the bench's
+// word text since session 36 (1.8x), 16 KiB against 32 KiB (alternating,
+// n=5): 210.9k against 204.8k events/s (median, p=0.22), 17.3 against
+// 18.0 s of CPU, a live table of 394 against 368 MiB; no gain shown.
 const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadTextPageRows bounds the rows of a text (byte array) page in
@@ -144,7 +148,9 @@ const MergeOnReadTextPageRows = 256
 // faster than zstd, for files about half again as large (session 5), and
 // LZ4_RAW three times faster than Snappy on the bench's text pages (20
 // against 7 GB/s) while compressing them better (10.2x against 7.2x for
-// the doc column, 1.86x against 1.81x for short text; session 8). Every
+// the doc column, 1.86x against 1.81x for short text; session 8). On the
+// bench's word text since session 36, 32 KiB pages of docs: LZ4_RAW 1.81x
+// decoding at 2.7 GB/s, Snappy 1.98x at 1.3 GB/s (one run each). Every
 // reader that reads deletion vectors reads LZ4_RAW (delta-rs, Spark 3.5+,
 // Trino), and the direct page reader takes it (datafile's pagedirect.go).
 const MergeOnReadCodec = datafile.Lz4Raw
