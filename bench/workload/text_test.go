@@ -20,7 +20,7 @@ func TestTextVariesAndCompressesLikeText(t *testing.T) {
 	}
 	const docs, width = 20000, 256
 	tails := map[string]bool{}
-	var page, raw, packed int
+	var raw, packed int
 	buf := make([]byte, 0, 40<<10)
 	var c lz4.Compressor
 	for k := range uint64(docs) {
@@ -33,13 +33,13 @@ func TestTextVariesAndCompressesLikeText(t *testing.T) {
 			}
 		}
 		tails[string(doc[width-12:])] = true
-		if page = len(buf); page >= 32<<10 {
-			out := make([]byte, lz4.CompressBlockBound(page))
+		if len(buf) >= 32<<10 {
+			out := make([]byte, lz4.CompressBlockBound(len(buf)))
 			m, err := c.CompressBlock(buf, out)
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, packed = raw+page, packed+m
+			raw, packed = raw+len(buf), packed+m
 			buf = buf[:0]
 		}
 	}
