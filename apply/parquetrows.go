@@ -125,6 +125,9 @@ const MergeOnReadRowGroupRows = 8192
 // word text since session 36 (1.8x), 16 KiB against 32 KiB (alternating,
 // n=5): 210.9k against 204.8k events/s (median, p=0.22), 17.3 against
 // 18.0 s of CPU, a live table of 394 against 368 MiB; no gain shown.
+// Session 37, 8 and 4 KiB against 32 KiB (n=3): 126.1k and 129.1k
+// against 114.8k events/s (p=1.0 and 0.4), tables of 432 and 481
+// against 369 MiB; no gain shown above the host's noise either.
 const MergeOnReadPageBytes = 32 << 10
 
 // MergeOnReadTextPageRows bounds the rows of a text (byte array) page in
@@ -150,7 +153,11 @@ const MergeOnReadTextPageRows = 256
 // against 7 GB/s) while compressing them better (10.2x against 7.2x for
 // the doc column, 1.86x against 1.81x for short text; session 8). On the
 // bench's word text since session 36, 32 KiB pages of docs: LZ4_RAW 1.81x
-// decoding at 2.7 GB/s, Snappy 1.98x at 1.3 GB/s (one run each). Every
+// decoding at 2.7 GB/s, Snappy 1.98x at 1.3 GB/s (one run each). The
+// bound of what any codec could save (session 37, the 1M-key bench,
+// alternating, n=3): uncompressed files ran at 139.0k against 118.3k
+// events/s (median), 0.374 against 0.301 of decode-only, for a live
+// table of 625 against 369 MiB; not worth a table 69% larger. Every
 // reader that reads deletion vectors reads LZ4_RAW (delta-rs, Spark 3.5+,
 // Trino), and the direct page reader takes it (datafile's pagedirect.go).
 const MergeOnReadCodec = datafile.Lz4Raw
