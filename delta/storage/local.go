@@ -237,7 +237,7 @@ func writeTempWith(full string, write func(io.Writer) error) (string, int64, err
 	if err != nil {
 		return "", 0, err
 	}
-	cw := &countingWriter{w: f}
+	cw := &countingWriter{w: f, f: f}
 	err = write(cw)
 	if err == nil {
 		err = f.Sync()
@@ -262,14 +262,34 @@ const streamBuffer = 1 << 20
 // system must hand over and zero again.
 var streamBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, streamBuffer) }}
 
+// countingWriter counts what is written to a temporary file and, once a
+// write's bytes reach writebackBytes, starts their writeback
+// (startWriteback) so the fsync that ends the file waits for less.
 type countingWriter struct {
 	w io.Writer
+	f *os.File
 	n int64
+	// pending is the count of bytes written since writeback was last
+	// started, from off.
+	pending, off int64
 }
+
+// writebackBytes is how many written bytes start their writeback: a
+// streamed write's buffer (streamBuffer) each time it is flushed. A small
+// file (a commit, a deletion vector) is left to its fsync whole.
+const writebackBytes = streamBuffer
+
+// writeback is startWriteback; tests replace it to see the ranges.
+var writeback = startWriteback
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	c.pending += int64(n)
+	if c.f != nil && c.pending >= writebackBytes {
+		writeback(c.f, c.off, c.pending)
+		c.off, c.pending = c.n, 0
+	}
 	return n, err
 }
 
