@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"reflect"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/cdcapply/cdcapply/delta"
@@ -94,6 +100,7 @@ func TestFlatWriterMatchesParquetGo(t *testing.T) {
 		{"lz4", 10_000, []WriteOption{PlainValues(), Compression(Lz4Raw), PageBytes(512), RowGroupRows(4096), RawFixedWidth("id", "i", "m", "big", "s")}},
 		{"snappy", 5000, []WriteOption{PlainValues(), Compression(Snappy), PageBytes(2048)}},
 		{"uncompressed", 3000, []WriteOption{PlainValues(), Compression(Uncompressed), RowGroupRows(1000)}},
+		{"seven groups", 7000, []WriteOption{PlainValues(), Compression(Lz4Raw), PageBytes(1024), RowGroupRows(1000)}}, // each slot of groups in flight reused
 		{"zstd", 2000, []WriteOption{PlainValues(), Compression(Zstd)}},
 		{"one row", 1, []WriteOption{PlainValues(), Compression(Lz4Raw)}},
 		{"no rows", 0, []WriteOption{PlainValues(), Compression(Lz4Raw)}},
@@ -285,4 +292,60 @@ func TestIndexBounds(t *testing.T) {
 			t.Errorf("max of %q: %q, want %q (at or above it)", c.in, got, c.max)
 		}
 	}
+}
+
+// failingCodec is LZ4_RAW that fails its fail-th page and after.
+type failingCodec struct {
+	lz4Raw
+	pages, fail atomic.Int64
+}
+
+func (c *failingCodec) Encode(dst, src []byte) ([]byte, error) {
+	if c.pages.Add(1) >= c.fail.Load() {
+		return nil, errors.New("injected codec failure")
+	}
+	return c.lz4Raw.Encode(dst, src)
+}
+
+// TestFlatWriterChunkFailure checks a column chunk that fails in a later
+// row group, while other groups are being encoded, fails the write with
+// the column's name and leaves no encoding worker running.
+func TestFlatWriterChunkFailure(t *testing.T) {
+	rec := flatExtraRecord(t, 7000)
+	defer rec.Release()
+	o := writeOptions{plain: true, page: 1024, rowGroup: 1000, codec: Lz4Raw}
+	root := make(group, 0, rec.NumCols())
+	for _, f := range rec.Schema().Fields() {
+		n, err := parquetNode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Leaf() && n.Type().Kind() == pq.ByteArray {
+			n = pq.Encoded(n, &pq.Plain)
+		}
+		root = append(root, field{Node: n, name: f.Name})
+	}
+	before := runtime.NumGoroutine()
+	for _, fail := range []int64{1, 4, 9} { // the first group, a later one, the last ones
+		bad := &failingCodec{}
+		bad.fail.Store(fail)
+		codecs := make([]compress.Codec, len(root))
+		for i := range codecs {
+			codecs[i] = &lz4Raw{}
+		}
+		const col = 3
+		codecs[col] = bad
+		var buf bytes.Buffer
+		err := encodeFlat(&offsetWriter{w: &buf}, rec, root, codecs, o)
+		if err == nil || !strings.Contains(err.Error(), "injected codec failure") || !strings.Contains(err.Error(), rec.ColumnName(col)) {
+			t.Fatalf("page %d of column %s failing: the write returned %v", fail, rec.ColumnName(col), err)
+		}
+	}
+	for range 100 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%d goroutines after the failed writes, %d before: encoding workers left running", runtime.NumGoroutine(), before)
 }
