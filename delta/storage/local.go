@@ -237,7 +237,7 @@ func writeTempWith(full string, write func(io.Writer) error) (string, int64, err
 	if err != nil {
 		return "", 0, err
 	}
-	cw := &countingWriter{w: f, f: f}
+	cw := &countingWriter{f: f}
 	err = write(cw)
 	if err == nil {
 		err = f.Sync()
@@ -266,7 +266,6 @@ var streamBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 
 // write's bytes reach writebackBytes, starts their writeback
 // (startWriteback) so the fsync that ends the file waits for less.
 type countingWriter struct {
-	w io.Writer
 	f *os.File
 	n int64
 	// pending is the count of bytes written since writeback was last
@@ -283,10 +282,10 @@ const writebackBytes = streamBuffer
 var writeback = startWriteback
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+	n, err := c.f.Write(p)
 	c.n += int64(n)
 	c.pending += int64(n)
-	if c.f != nil && c.pending >= writebackBytes {
+	if c.pending >= writebackBytes {
 		writeback(c.f, c.off, c.pending)
 		c.off, c.pending = c.n, 0
 	}
