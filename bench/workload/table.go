@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cdcapply/cdcapply/bench/wordtext"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/schema"
 )
@@ -82,15 +83,8 @@ func newTable(columns, stringWidth, docWidth, nullPercent int, seed uint64) *tab
 // docCol is the index of the TOASTed column: always the last one.
 func (t *table) docCol() int { return len(t.cols) - 1 }
 
-// mix is splitmix64's finalizer: a cheap, well-spread hash step.
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
-
 func (t *table) hash(key int64, stamp uint64, col int) uint64 {
+	mix := wordtext.Mix
 	return mix(mix(mix(t.seed^uint64(key))^stamp) + uint64(col))
 }
 
@@ -102,45 +96,6 @@ func (t *table) isNull(key int64, stamp uint64, col int) bool {
 		return true
 	}
 	return t.hash(key, stamp, col)%100 < t.nullPercent
-}
-
-// textWords is the vocabulary generated text is written in: 1,024
-// pseudo-words of 2-9 lowercase letters, fixed for every run.
-var textWords = func() [][]byte {
-	words := make([][]byte, 1<<textVocabBits)
-	for w := range words {
-		x := mix(0x7e47 + uint64(w))
-		b := make([]byte, 2+x%8)
-		x >>= 3
-		for i := range b {
-			b[i] = byte('a' + x%26)
-			x /= 26
-		}
-		words[w] = b
-	}
-	return words
-}()
-
-const textVocabBits = 10
-
-// appendText appends n bytes of text drawn from h: words of textWords
-// separated by spaces, the last one cut at n. Each word is drawn from its
-// own hash of h and its position, skewed toward the vocabulary's first
-// words (the product of two uniform draws) as real text favours its
-// common words. In 32 KiB pages LZ4 compresses it about 1.8x, the 24-byte
-// texts about 1.7x: text that compresses, as real documents do, and far
-// less than repeated filler would.
-func appendText(dst []byte, h uint64, n int) []byte {
-	start := len(dst)
-	const mask = 1<<textVocabBits - 1
-	for i := uint64(0); len(dst)-start < n; i++ {
-		x := mix(h + i)
-		if len(dst) > start {
-			dst = append(dst, ' ')
-		}
-		dst = append(dst, textWords[(x&mask)*(x>>32&mask)>>textVocabBits]...)
-	}
-	return dst[:start+n]
 }
 
 func (t *table) decimalUnscaled(h uint64) int64 {
@@ -163,9 +118,9 @@ func (t *table) value(key int64, stamp uint64, col int) schema.Value {
 	case colBigint:
 		return schema.Int(int64(h >> 1))
 	case colText:
-		return schema.String(string(appendText(nil, h, t.stringWidth)))
+		return schema.String(string(wordtext.Append(nil, h, t.stringWidth)))
 	case colDoc:
-		return schema.String(string(appendText(nil, h, t.docWidth)))
+		return schema.String(string(wordtext.Append(nil, h, t.docWidth)))
 	case colTimestamp:
 		return schema.Int(tsBase + int64(h%tsRange))
 	case colDecimal:
@@ -198,7 +153,7 @@ func (t *table) appendJSON(dst []byte, key int64, stamp uint64, col int) []byte 
 			n = t.docWidth
 		}
 		dst = append(dst, '"')
-		dst = appendText(dst, h, n)
+		dst = wordtext.Append(dst, h, n)
 		return append(dst, '"')
 	case colTimestamp:
 		return strconv.AppendInt(dst, tsBase+int64(h%tsRange), 10)

@@ -23,6 +23,7 @@ import (
 	pqsnappy "github.com/parquet-go/parquet-go/compress/snappy"
 	pqzstd "github.com/parquet-go/parquet-go/compress/zstd"
 
+	"github.com/cdcapply/cdcapply/bench/wordtext"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 	"github.com/cdcapply/cdcapply/internal/heapprobe"
@@ -573,9 +574,9 @@ func BenchmarkWriteLargeFile(b *testing.B) {
 	}
 }
 
-// docRecord is benchRecord with a doc column of 256 bytes of text drawn
-// from a fixed vocabulary of pseudo-words, common words more often: the
-// bench's TOASTed column, which compresses about 1.8x with LZ4.
+// docRecord is benchRecord with a doc column of 256 bytes of the bench's
+// word text (bench/wordtext, as the workload generator writes it): its
+// TOASTed column, which compresses about 1.8x with LZ4.
 func docRecord(tb testing.TB, n int) (arrow.RecordBatch, Layout) {
 	l := benchLayout()
 	l.Schema.Fields = append(l.Schema.Fields, delta.StructField{Name: "doc", Type: delta.String, Nullable: true})
@@ -585,24 +586,12 @@ func docRecord(tb testing.TB, n int) (arrow.RecordBatch, Layout) {
 	}
 	base := benchRecord(tb, n)
 	defer base.Release()
-	r := rand.New(rand.NewPCG(1, 2))
-	vocab := make([]string, 1024)
-	for i := range vocab {
-		w := make([]byte, 2+r.IntN(8))
-		for j := range w {
-			w[j] = byte('a' + r.IntN(26))
-		}
-		vocab[i] = string(w)
-	}
 	db := array.NewStringBuilder(memory.DefaultAllocator)
 	defer db.Release()
 	var doc []byte
-	for range n {
-		doc = doc[:0]
-		for len(doc) < 256 {
-			doc = append(append(doc, vocab[int(r.Float64()*r.Float64()*float64(len(vocab)))]...), ' ')
-		}
-		db.Append(string(doc[:256]))
+	for i := range n {
+		doc = wordtext.Append(doc[:0], wordtext.Mix(uint64(i)), 256)
+		db.Append(string(doc))
 	}
 	cols := append(append([]arrow.Array{}, base.Columns()...), db.NewArray())
 	defer cols[len(cols)-1].Release()

@@ -1,4 +1,4 @@
-package workload
+package wordtext
 
 import (
 	"testing"
@@ -14,8 +14,8 @@ import (
 // nor repeated filler.
 func TestTextVariesAndCompressesLikeText(t *testing.T) {
 	for _, n := range []int{0, 1, 5, 24, 256} {
-		if got := appendText([]byte("x"), mix(uint64(n)), n); len(got) != 1+n || got[0] != 'x' {
-			t.Fatalf("appendText(%d): %d bytes %q, want the prefix and %d bytes", n, len(got), got, n)
+		if got := Append([]byte("x"), Mix(uint64(n)), n); len(got) != 1+n || got[0] != 'x' {
+			t.Fatalf("Append(%d): %d bytes %q, want the prefix and %d bytes", n, len(got), got, n)
 		}
 	}
 	const docs, width = 20000, 256
@@ -25,7 +25,7 @@ func TestTextVariesAndCompressesLikeText(t *testing.T) {
 	var c lz4.Compressor
 	for k := range uint64(docs) {
 		start := len(buf)
-		buf = appendText(buf, mix(k), width)
+		buf = Append(buf, Mix(k), width)
 		doc := buf[start:]
 		for _, b := range doc {
 			if (b < 'a' || b > 'z') && b != ' ' {
