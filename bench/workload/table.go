@@ -84,8 +84,7 @@ func newTable(columns, stringWidth, docWidth, nullPercent int, seed uint64) *tab
 func (t *table) docCol() int { return len(t.cols) - 1 }
 
 func (t *table) hash(key int64, stamp uint64, col int) uint64 {
-	mix := wordtext.Mix
-	return mix(mix(mix(t.seed^uint64(key))^stamp) + uint64(col))
+	return wordtext.Mix(wordtext.Mix(wordtext.Mix(t.seed^uint64(key))^stamp) + uint64(col))
 }
 
 // isNull reports whether column col of the version stamped stamp is NULL.
