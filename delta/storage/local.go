@@ -269,8 +269,8 @@ type countingWriter struct {
 	f *os.File
 	n int64
 	// pending is the count of bytes written since writeback was last
-	// started, from off.
-	pending, off int64
+	// started: the file's last pending bytes.
+	pending int64
 }
 
 // writebackBytes is how many written bytes start their writeback: a
@@ -286,8 +286,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	c.pending += int64(n)
 	if c.pending >= writebackBytes {
-		writeback(c.f, c.off, c.pending)
-		c.off, c.pending = c.n, 0
+		writeback(c.f, c.n-c.pending, c.pending)
+		c.pending = 0
 	}
 	return n, err
 }
