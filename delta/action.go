@@ -60,17 +60,22 @@ func (m *Metadata) Schema() (StructType, error) { return ParseSchema(m.SchemaStr
 // (found by the interop test's time travel over an unpartitioned table).
 func (m Metadata) MarshalJSON() ([]byte, error) {
 	type plain Metadata // no methods: no recursion
-	p := plain(m)
-	if p.PartitionColumns == nil {
-		p.PartitionColumns = []string{}
+	m.fillRequired()
+	return json.Marshal(plain(m))
+}
+
+// fillRequired sets an unset partitionColumns, configuration or
+// format.options to empty: the JSON form always has them.
+func (m *Metadata) fillRequired() {
+	if m.PartitionColumns == nil {
+		m.PartitionColumns = []string{}
 	}
-	if p.Configuration == nil {
-		p.Configuration = map[string]string{}
+	if m.Configuration == nil {
+		m.Configuration = map[string]string{}
 	}
-	if p.Format.Options == nil {
-		p.Format.Options = map[string]string{}
+	if m.Format.Options == nil {
+		m.Format.Options = map[string]string{}
 	}
-	return json.Marshal(p)
 }
 
 // DeletionVector is the deletion vector descriptor of an add or remove.

@@ -922,89 +922,86 @@ func (d *ckptDecoder) deletionVector(parent *parquet.Column, pidx []int32, attac
 	}
 }
 
-func (d *ckptDecoder) decodeTxn(rows []Action) {
-	col := d.root.Column("txn")
+// decodeAction decodes the group's top-level action column name: fill
+// sets the fields of one T for each row that holds the action (slot i in
+// idx's numbering, the column's rows), and set attaches it to its row.
+// Nothing is attached once a column failed to decode.
+func decodeAction[T any](d *ckptDecoder, rows []Action, name string, fill func(col *parquet.Column, idx []int32, xs []T), set func(a *Action, x *T)) {
+	col := d.root.Column(name)
 	idx, n := d.present(col, nil)
 	if n == 0 {
 		return
 	}
-	txns := make([]Txn, n)
-	d.str(pqChild(col, "appId"), idx, func(i int32, s string) { txns[i].AppID = s })
-	d.int(pqChild(col, "version"), idx, func(i int32, n int64) { txns[i].Version = n })
-	d.int(pqChild(col, "lastUpdated"), idx, func(i int32, n int64) { txns[i].LastUpdated = &n })
+	xs := make([]T, n)
+	fill(col, idx, xs)
+	if d.err != nil {
+		return
+	}
 	for row, i := range idx {
 		if i >= 0 {
-			rows[row].Txn = &txns[i]
+			set(&rows[row], &xs[i])
 		}
 	}
+}
+
+func (d *ckptDecoder) decodeTxn(rows []Action) {
+	decodeAction(d, rows, "txn", func(col *parquet.Column, idx []int32, txns []Txn) {
+		d.str(pqChild(col, "appId"), idx, func(i int32, s string) { txns[i].AppID = s })
+		d.int(pqChild(col, "version"), idx, func(i int32, n int64) { txns[i].Version = n })
+		d.int(pqChild(col, "lastUpdated"), idx, func(i int32, n int64) { txns[i].LastUpdated = &n })
+	}, func(a *Action, t *Txn) { a.Txn = t })
 }
 
 func (d *ckptDecoder) decodeAdd(rows []Action) {
-	col := d.root.Column("add")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	adds := make([]Add, n)
-	d.str(pqChild(col, "path"), idx, func(i int32, s string) { adds[i].Path = s })
-	d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { adds[i].PartitionValues = m })
-	d.int(pqChild(col, "size"), idx, func(i int32, n int64) { adds[i].Size = n })
-	d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { adds[i].ModificationTime = n })
-	d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { adds[i].DataChange = b })
-	d.str(pqChild(col, "stats"), idx, func(i int32, s string) { adds[i].Stats = s })
-	if sp := pqChild(col, "stats_parsed"); sp != nil && d.err == nil {
-		for i := range adds {
-			if adds[i].Stats == "" {
-				d.statsParsed(sp, idx, func(i int32, s string) {
-					if adds[i].Stats == "" {
-						adds[i].Stats = s
-						d.rebuilt = append(d.rebuilt, &adds[i])
-					}
-				})
-				break
+	decodeAction(d, rows, "add", func(col *parquet.Column, idx []int32, adds []Add) {
+		d.str(pqChild(col, "path"), idx, func(i int32, s string) { adds[i].Path = s })
+		d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { adds[i].PartitionValues = m })
+		d.int(pqChild(col, "size"), idx, func(i int32, n int64) { adds[i].Size = n })
+		d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { adds[i].ModificationTime = n })
+		d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { adds[i].DataChange = b })
+		d.str(pqChild(col, "stats"), idx, func(i int32, s string) { adds[i].Stats = s })
+		if sp := pqChild(col, "stats_parsed"); sp != nil && d.err == nil {
+			for i := range adds {
+				if adds[i].Stats == "" {
+					d.statsParsed(sp, idx, func(i int32, s string) {
+						if adds[i].Stats == "" {
+							adds[i].Stats = s
+							d.rebuilt = append(d.rebuilt, &adds[i])
+						}
+					})
+					break
+				}
 			}
 		}
-	}
-	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { adds[i].Tags = m })
-	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { adds[i].DeletionVector = dv })
-	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { adds[i].BaseRowID = &n })
-	d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { adds[i].DefaultRowCommitVersion = &n })
-	d.internStr(pqChild(col, "clusteringProvider"), idx, func(i int32, s string) { adds[i].ClusteringProvider = s })
-	for row, i := range idx {
-		if i >= 0 {
-			if adds[i].PartitionValues == nil {
-				// Required by the protocol; a writer that stored null means
-				// an unpartitioned file.
-				adds[i].PartitionValues = map[string]*string{}
-			}
-			rows[row].Add = &adds[i]
+		d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { adds[i].Tags = m })
+		d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { adds[i].DeletionVector = dv })
+		d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { adds[i].BaseRowID = &n })
+		d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { adds[i].DefaultRowCommitVersion = &n })
+		d.internStr(pqChild(col, "clusteringProvider"), idx, func(i int32, s string) { adds[i].ClusteringProvider = s })
+	}, func(a *Action, add *Add) {
+		if add.PartitionValues == nil {
+			// Required by the protocol; a writer that stored null means
+			// an unpartitioned file.
+			add.PartitionValues = map[string]*string{}
 		}
-	}
+		a.Add = add
+	})
 }
 
 func (d *ckptDecoder) decodeRemove(rows []Action) {
-	col := d.root.Column("remove")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	rms := make([]Remove, n)
-	d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
-	d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { rms[i].DeletionTimestamp = &n })
-	d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { rms[i].DataChange = b })
-	d.bool(pqChild(col, "extendedFileMetadata"), idx, func(i int32, b bool) { rms[i].ExtendedFileMetadata = &b })
-	d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { rms[i].PartitionValues = m })
-	d.int(pqChild(col, "size"), idx, func(i int32, n int64) { rms[i].Size = &n })
-	d.str(pqChild(col, "stats"), idx, func(i int32, s string) { rms[i].Stats = s })
-	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { rms[i].Tags = m })
-	d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { rms[i].DeletionVector = dv })
-	d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { rms[i].BaseRowID = &n })
-	d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { rms[i].DefaultRowCommitVersion = &n })
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].Remove = &rms[i]
-		}
-	}
+	decodeAction(d, rows, "remove", func(col *parquet.Column, idx []int32, rms []Remove) {
+		d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
+		d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { rms[i].DeletionTimestamp = &n })
+		d.bool(pqChild(col, "dataChange"), idx, func(i int32, b bool) { rms[i].DataChange = b })
+		d.bool(pqChild(col, "extendedFileMetadata"), idx, func(i int32, b bool) { rms[i].ExtendedFileMetadata = &b })
+		d.strMap(pqChild(col, "partitionValues"), idx, func(i int32, m map[string]*string) { rms[i].PartitionValues = m })
+		d.int(pqChild(col, "size"), idx, func(i int32, n int64) { rms[i].Size = &n })
+		d.str(pqChild(col, "stats"), idx, func(i int32, s string) { rms[i].Stats = s })
+		d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { rms[i].Tags = m })
+		d.deletionVector(col, idx, func(i int32, dv *DeletionVector) { rms[i].DeletionVector = dv })
+		d.int(pqChild(col, "baseRowId"), idx, func(i int32, n int64) { rms[i].BaseRowID = &n })
+		d.int(pqChild(col, "defaultRowCommitVersion"), idx, func(i int32, n int64) { rms[i].DefaultRowCommitVersion = &n })
+	}, func(a *Action, rm *Remove) { a.Remove = rm })
 }
 
 // decodeRemoveKeys is decodeRemove of what decides whether a new
@@ -1012,25 +1009,22 @@ func (d *ckptDecoder) decodeRemove(rows []Action) {
 // deletion vector id (storage type, path or inline data, offset), and a
 // Stats of "\x00" where the row has stats (their value is not read).
 func (d *ckptDecoder) decodeRemoveKeys(rows []Action) {
-	col := d.root.Column("remove")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	rms := make([]Remove, n)
-	times := make([]int64, n) // one allocation, not one a row
-	d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
-	d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { times[i] = n; rms[i].DeletionTimestamp = &times[i] })
-	if stats, _ := d.present(pqChild(col, "stats"), idx); stats != nil {
-		for row, i := range idx {
-			if i >= 0 && stats[row] >= 0 {
-				rms[i].Stats = "\x00"
+	decodeAction(d, rows, "remove", func(col *parquet.Column, idx []int32, rms []Remove) {
+		times := make([]int64, len(rms)) // one allocation, not one a row
+		d.str(pqChild(col, "path"), idx, func(i int32, s string) { rms[i].Path = s })
+		d.int(pqChild(col, "deletionTimestamp"), idx, func(i int32, n int64) { times[i] = n; rms[i].DeletionTimestamp = &times[i] })
+		if stats, _ := d.present(pqChild(col, "stats"), idx); stats != nil {
+			for row, i := range idx {
+				if i >= 0 && stats[row] >= 0 {
+					rms[i].Stats = "\x00"
+				}
 			}
 		}
-	}
-	dvCol := pqChild(col, "deletionVector")
-	dvIdx, ndv := d.present(dvCol, idx)
-	if ndv > 0 {
+		dvCol := pqChild(col, "deletionVector")
+		dvIdx, ndv := d.present(dvCol, idx)
+		if ndv == 0 {
+			return
+		}
 		dvs := make([]DeletionVector, ndv)
 		offsets := make([]int32, ndv)
 		d.internStr(pqChild(dvCol, "storageType"), dvIdx, func(i int32, s string) { dvs[i].StorageType = s })
@@ -1042,49 +1036,29 @@ func (d *ckptDecoder) decodeRemoveKeys(rows []Action) {
 		for i, p := range pqSlotParents(idx, dvIdx, ndv) {
 			rms[p].DeletionVector = &dvs[i]
 		}
-	}
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].Remove = &rms[i]
-		}
-	}
+	}, func(a *Action, rm *Remove) { a.Remove = rm })
 }
 
 func (d *ckptDecoder) decodeMetadata(rows []Action) {
-	col := d.root.Column("metaData")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	mds := make([]Metadata, n)
-	d.str(pqChild(col, "id"), idx, func(i int32, s string) { mds[i].ID = s })
-	d.str(pqChild(col, "name"), idx, func(i int32, s string) { mds[i].Name = s })
-	d.str(pqChild(col, "description"), idx, func(i int32, s string) { mds[i].Description = s })
-	format := pqChild(col, "format")
-	fidx, nf := d.present(format, idx)
-	fmd := pqSlotParents(idx, fidx, nf)
-	d.str(pqChild(format, "provider"), fidx, func(i int32, s string) { mds[fmd[i]].Format.Provider = s })
-	d.plainMap(pqChild(format, "options"), fidx, func(i int32, m map[string]string) { mds[fmd[i]].Format.Options = m })
-	d.str(pqChild(col, "schemaString"), idx, func(i int32, s string) { mds[i].SchemaString = s })
-	d.strList(pqChild(col, "partitionColumns"), idx, func(i int32, l []string) { mds[i].PartitionColumns = l })
-	d.plainMap(pqChild(col, "configuration"), idx, func(i int32, m map[string]string) { mds[i].Configuration = m })
-	d.int(pqChild(col, "createdTime"), idx, func(i int32, n int64) { mds[i].CreatedTime = &n })
-	for row, i := range idx {
-		if i >= 0 {
-			// The JSON form always has these; keep the Go values equal to
-			// what ParseActions yields for the same action.
-			if mds[i].PartitionColumns == nil {
-				mds[i].PartitionColumns = []string{}
-			}
-			if mds[i].Configuration == nil {
-				mds[i].Configuration = map[string]string{}
-			}
-			if mds[i].Format.Options == nil {
-				mds[i].Format.Options = map[string]string{}
-			}
-			rows[row].Metadata = &mds[i]
-		}
-	}
+	decodeAction(d, rows, "metaData", func(col *parquet.Column, idx []int32, mds []Metadata) {
+		d.str(pqChild(col, "id"), idx, func(i int32, s string) { mds[i].ID = s })
+		d.str(pqChild(col, "name"), idx, func(i int32, s string) { mds[i].Name = s })
+		d.str(pqChild(col, "description"), idx, func(i int32, s string) { mds[i].Description = s })
+		format := pqChild(col, "format")
+		fidx, nf := d.present(format, idx)
+		fmd := pqSlotParents(idx, fidx, nf)
+		d.str(pqChild(format, "provider"), fidx, func(i int32, s string) { mds[fmd[i]].Format.Provider = s })
+		d.plainMap(pqChild(format, "options"), fidx, func(i int32, m map[string]string) { mds[fmd[i]].Format.Options = m })
+		d.str(pqChild(col, "schemaString"), idx, func(i int32, s string) { mds[i].SchemaString = s })
+		d.strList(pqChild(col, "partitionColumns"), idx, func(i int32, l []string) { mds[i].PartitionColumns = l })
+		d.plainMap(pqChild(col, "configuration"), idx, func(i int32, m map[string]string) { mds[i].Configuration = m })
+		d.int(pqChild(col, "createdTime"), idx, func(i int32, n int64) { mds[i].CreatedTime = &n })
+	}, func(a *Action, md *Metadata) {
+		// Keep the Go values equal to what ParseActions yields for the
+		// same action.
+		md.fillRequired()
+		a.Metadata = md
+	})
 }
 
 // pqSlotParents maps each of the n slots of a nested group (row index cidx)
@@ -1100,70 +1074,34 @@ func pqSlotParents(pidx, cidx []int32, n int) []int32 {
 }
 
 func (d *ckptDecoder) decodeProtocol(rows []Action) {
-	col := d.root.Column("protocol")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	ps := make([]Protocol, n)
-	d.int(pqChild(col, "minReaderVersion"), idx, func(i int32, n int64) { ps[i].MinReaderVersion = int(n) })
-	d.int(pqChild(col, "minWriterVersion"), idx, func(i int32, n int64) { ps[i].MinWriterVersion = int(n) })
-	d.strList(pqChild(col, "readerFeatures"), idx, func(i int32, l []string) { ps[i].ReaderFeatures = l })
-	d.strList(pqChild(col, "writerFeatures"), idx, func(i int32, l []string) { ps[i].WriterFeatures = l })
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].Protocol = &ps[i]
-		}
-	}
+	decodeAction(d, rows, "protocol", func(col *parquet.Column, idx []int32, ps []Protocol) {
+		d.int(pqChild(col, "minReaderVersion"), idx, func(i int32, n int64) { ps[i].MinReaderVersion = int(n) })
+		d.int(pqChild(col, "minWriterVersion"), idx, func(i int32, n int64) { ps[i].MinWriterVersion = int(n) })
+		d.strList(pqChild(col, "readerFeatures"), idx, func(i int32, l []string) { ps[i].ReaderFeatures = l })
+		d.strList(pqChild(col, "writerFeatures"), idx, func(i int32, l []string) { ps[i].WriterFeatures = l })
+	}, func(a *Action, p *Protocol) { a.Protocol = p })
 }
 
 func (d *ckptDecoder) decodeDomain(rows []Action) {
-	col := d.root.Column("domainMetadata")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	ds := make([]DomainMetadata, n)
-	d.str(pqChild(col, "domain"), idx, func(i int32, s string) { ds[i].Domain = s })
-	d.str(pqChild(col, "configuration"), idx, func(i int32, s string) { ds[i].Configuration = s })
-	d.bool(pqChild(col, "removed"), idx, func(i int32, b bool) { ds[i].Removed = b })
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].DomainMetadata = &ds[i]
-		}
-	}
+	decodeAction(d, rows, "domainMetadata", func(col *parquet.Column, idx []int32, ds []DomainMetadata) {
+		d.str(pqChild(col, "domain"), idx, func(i int32, s string) { ds[i].Domain = s })
+		d.str(pqChild(col, "configuration"), idx, func(i int32, s string) { ds[i].Configuration = s })
+		d.bool(pqChild(col, "removed"), idx, func(i int32, b bool) { ds[i].Removed = b })
+	}, func(a *Action, dm *DomainMetadata) { a.DomainMetadata = dm })
 }
 
 func (d *ckptDecoder) decodeCheckpointMetadata(rows []Action) {
-	col := d.root.Column("checkpointMetadata")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	cs := make([]CheckpointMetadata, n)
-	d.int(pqChild(col, "version"), idx, func(i int32, n int64) { cs[i].Version = n })
-	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { cs[i].Tags = m })
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].CheckpointMetadata = &cs[i]
-		}
-	}
+	decodeAction(d, rows, "checkpointMetadata", func(col *parquet.Column, idx []int32, cs []CheckpointMetadata) {
+		d.int(pqChild(col, "version"), idx, func(i int32, n int64) { cs[i].Version = n })
+		d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { cs[i].Tags = m })
+	}, func(a *Action, c *CheckpointMetadata) { a.CheckpointMetadata = c })
 }
 
 func (d *ckptDecoder) decodeSidecar(rows []Action) {
-	col := d.root.Column("sidecar")
-	idx, n := d.present(col, nil)
-	if n == 0 {
-		return
-	}
-	ss := make([]Sidecar, n)
-	d.str(pqChild(col, "path"), idx, func(i int32, s string) { ss[i].Path = s })
-	d.int(pqChild(col, "sizeInBytes"), idx, func(i int32, n int64) { ss[i].SizeInBytes = n })
-	d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { ss[i].ModificationTime = n })
-	d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { ss[i].Tags = m })
-	for row, i := range idx {
-		if i >= 0 {
-			rows[row].Sidecar = &ss[i]
-		}
-	}
+	decodeAction(d, rows, "sidecar", func(col *parquet.Column, idx []int32, ss []Sidecar) {
+		d.str(pqChild(col, "path"), idx, func(i int32, s string) { ss[i].Path = s })
+		d.int(pqChild(col, "sizeInBytes"), idx, func(i int32, n int64) { ss[i].SizeInBytes = n })
+		d.int(pqChild(col, "modificationTime"), idx, func(i int32, n int64) { ss[i].ModificationTime = n })
+		d.plainMap(pqChild(col, "tags"), idx, func(i int32, m map[string]string) { ss[i].Tags = m })
+	}, func(a *Action, sc *Sidecar) { a.Sidecar = sc })
 }
