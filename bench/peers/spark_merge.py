@@ -121,6 +121,9 @@ def run(args, cols, key, rest, table, work):
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
         .config("spark.local.dir", os.path.join(work, "tmp"))
+        # Else Spark makes an empty spark-warehouse in its working directory
+        # (the repository, where the harness runs peers).
+        .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
         .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + os.path.join(work, "derby"))
         .getOrCreate()
     )
