@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -14,22 +13,14 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 )
 
 // deltaRS reads a table with the Python deltalake package (delta-rs), a
 // reader we did not write, through the interop test's script.
 func deltaRS(t *testing.T, dir string, appIDs ...string) (rows []map[string]any, txn map[string]any) {
 	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no python with deltalake at %s", py)
-		}
-		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
-	}
+	py := pyenv.Python(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	script := filepath.Join("..", "delta", "interop", "testdata", "read_table.py")
@@ -55,16 +46,7 @@ func deltaRS(t *testing.T, dir string, appIDs ...string) (rows []map[string]any,
 // failing under CI=true, without it) and decodes its JSON output into out.
 func runPython(t *testing.T, script string, out any, args ...string) {
 	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no python with deltalake at %s", py)
-		}
-		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
-	}
+	py := pyenv.Python(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, append([]string{script}, args...)...)

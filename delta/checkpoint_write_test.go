@@ -20,6 +20,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 )
 
 // ckptCommit writes actions as commit v with put-if-absent, as a writer would.
@@ -322,27 +323,6 @@ func TestParseInterval(t *testing.T) {
 	}
 }
 
-// ckptPython returns the Python with deltalake, skipping (or failing in CI)
-// when there is none.
-func ckptPython(t testing.TB) string {
-	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		root, err := filepath.Abs("..")
-		if err != nil {
-			t.Fatal(err)
-		}
-		py = filepath.Join(root, ".venv", "bin", "python")
-	}
-	if err := exec.Command(py, "-c", "import deltalake").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python with deltalake not usable at %s: %v", py, err)
-		}
-		t.Skipf("python with deltalake not usable at %s: %v", py, err)
-	}
-	return py
-}
-
 const ckptDeltaRSScript = `
 import json, sys
 import pyarrow as pa
@@ -373,7 +353,7 @@ os._exit(0)
 // checkpoint alone (every commit before it deleted) plus one later commit,
 // and sees our files, partition values, app transactions and metadata.
 func TestWriteCheckpointReadByDeltaRS(t *testing.T) {
-	py := ckptPython(t)
+	py := pyenv.Python(t)
 	ctx := context.Background()
 	now := time.Now()
 	dir, last := ckptBuildTable(t, now)
@@ -895,7 +875,7 @@ os._exit(0)
 // partition value or missing file in our checkpoint shows up as different
 // rows or a failed read.
 func TestCheckpointOfSparkTablesReadByDeltaRS(t *testing.T) {
-	py := ckptPython(t)
+	py := pyenv.Python(t)
 	ctx := context.Background()
 	names := []string{"golden/dv-partitioned-with-checkpoint", "golden/multi-part-checkpoint",
 		"golden/data-skipping-basic-stats-all-types-checkpoint", "golden/basic-with-inserts-deletes-checkpoint"}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -22,6 +21,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -172,16 +172,7 @@ func same(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 // python returns the Python with deltalake, or skips outside CI.
 func python(t *testing.T) string {
 	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no python with deltalake at %s", py)
-		}
-		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
-	}
+	py := pyenv.Python(t)
 	return py
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -122,16 +122,7 @@ func rows(t *testing.T, dir string) []string {
 // deleted" per row, sorted.
 func deltaRSRows(t *testing.T, dir string) []string {
 	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no python with deltalake at %s", py)
-		}
-		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
-	}
+	py := pyenv.Python(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, filepath.Join("..", "delta", "interop", "testdata", "read_table.py"), dir)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/bench/workload"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 )
 
 // PeerResult is one peer's run on the same stream (bench/peers/CONTRACT.md).
@@ -31,25 +31,6 @@ type PeerResult struct {
 	WallSeconds float64        `json:"wall_seconds"` // the whole process, start-up included
 	Verify      string         `json:"verify,omitempty"`
 	Output      map[string]any `json:"output,omitempty"`
-}
-
-// repoRoot finds the directory holding go.mod upwards from the working
-// directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory (give -repo)")
-		}
-		dir = parent
-	}
 }
 
 // peerPython returns the python of the peers' venv: o.PeerPython, or what
@@ -83,8 +64,8 @@ func runPeer(ctx context.Context, o Options, name, streamFile, dir string, oracl
 	root := o.RepoRoot
 	if root == "" {
 		var err error
-		if root, err = repoRoot(); err != nil {
-			return fail("%v", err)
+		if root, err = pyenv.RepoRoot(); err != nil {
+			return fail("%v (give -repo)", err)
 		}
 	}
 	script := filepath.Join(root, "bench", "peers", name+"_merge.py")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 	"github.com/cdcapply/cdcapply/schema"
 )
 
@@ -271,34 +271,19 @@ type DeltaRS struct {
 }
 
 // ErrNoDeltaRS reports that no Python with deltalake was found.
-var ErrNoDeltaRS = errors.New("no python with deltalake (run scripts/python-env.sh)")
+var ErrNoDeltaRS = pyenv.ErrNoPython
 
 // FindDeltaRS looks for $CDCAPPLY_PYTHON or the repository's .venv, and
 // for delta/interop/testdata/read_table.py, upwards from the working
 // directory.
 func FindDeltaRS() (DeltaRS, error) {
-	dir, err := os.Getwd()
+	py, root, err := pyenv.Find()
 	if err != nil {
 		return DeltaRS{}, fmt.Errorf("find delta-rs: %w", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return DeltaRS{}, fmt.Errorf("find delta-rs: no go.mod above the working directory: %w", ErrNoDeltaRS)
-		}
-		dir = parent
-	}
-	d := DeltaRS{Python: os.Getenv("CDCAPPLY_PYTHON"), Script: filepath.Join(dir, "delta", "interop", "testdata", "read_table.py")}
-	if d.Python == "" {
-		d.Python = filepath.Join(dir, ".venv", "bin", "python")
-	}
-	for _, p := range []string{d.Python, d.Script} {
-		if _, err := os.Stat(p); err != nil {
-			return DeltaRS{}, fmt.Errorf("find delta-rs: %s: %w", p, ErrNoDeltaRS)
-		}
+	d := DeltaRS{Python: py, Script: filepath.Join(root, "delta", "interop", "testdata", "read_table.py")}
+	if _, err := os.Stat(d.Script); err != nil {
+		return DeltaRS{}, fmt.Errorf("find delta-rs: %s: %w", d.Script, ErrNoDeltaRS)
 	}
 	return d, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 )
 
 var kernelDataDir = filepath.Join(goldenDir, "..", "kernel-data")
@@ -26,16 +27,7 @@ var kernelDataDir = filepath.Join(goldenDir, "..", "kernel-data")
 // type-widening table (a reader feature delta-rs refuses) pyarrow's own
 // casts of each file to the table's current column types.
 func TestKernelDataAgainstPython(t *testing.T) {
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs(filepath.Join("..", "..", ".venv", "bin", "python"))
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no python with deltalake at %s", py)
-		}
-		t.Skipf("no python with deltalake at %s (run scripts/python-env.sh)", py)
-	}
+	py := pyenv.Python(t)
 	cases := []struct{ table, mode string }{
 		{"app-txn-checkpoint", "deltalake"},
 		{"app-txn-no-checkpoint", "deltalake"},

@@ -4,54 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 )
 
-// python returns the interpreter with deltalake installed. Without one the
-// test is skipped on a developer's machine but fails under CI=true, so a CI
-// run cannot go green by not testing interop.
-func python(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("CDCAPPLY_PYTHON")
-	if py == "" {
-		if root, err := repoRoot(); err == nil {
-			py = filepath.Join(root, ".venv", "bin", "python")
-		}
-	}
-	if py != "" {
-		if _, err := os.Stat(py); err == nil {
-			return py
-		}
-	}
-	msg := "no python with deltalake (set CDCAPPLY_PYTHON or run scripts/python-env.sh)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// repoRoot walks up from the working directory to the folder with go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", os.ErrNotExist
-		}
-		dir = parent
-	}
-}
+// python returns the interpreter with deltalake installed: without one
+// the test is skipped on a developer's machine but fails under CI=true.
+func python(t *testing.T) string { return pyenv.Python(t) }
 
 // runPython runs a script from testdata and decodes its stdout (one JSON
 // object) into out, keeping numbers as json.Number so that 64-bit integers
