@@ -98,14 +98,3 @@ func imports(py string) error {
 	checked.Store(py, outcome{err})
 	return err
 }
-
-// Path is the path of a file of the repository (elem below its root), for
-// a test that runs one of its scripts.
-func Path(t T, elem ...string) string {
-	t.Helper()
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	return filepath.Join(append([]string{root}, elem...)...)
-}
