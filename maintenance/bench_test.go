@@ -11,6 +11,7 @@ import (
 	"github.com/cdcapply/cdcapply/apply"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/maintenance"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
@@ -36,20 +37,20 @@ func benchTable(b *testing.B) string {
 		}
 		benchDir = dir
 		s := newStream(b, dir)
-		old := opsNow.Add(-240 * time.Hour)
+		old := opstest.Now.Add(-240 * time.Hour)
 		var deletes []*apply.Change
 		for f := 0; f < benchFiles; f++ {
 			batch := make([]*apply.Change, 0, benchPerFile)
 			for i := 0; i < benchPerFile; i++ {
 				id := int64(f*benchPerFile + i)
-				batch = append(batch, change(id, 1, "c", "some status text", old, 0))
+				batch = append(batch, opstest.Change(id, 1, "c", "some status text", old, 0))
 				if id%10 == 0 {
-					deletes = append(deletes, change(id, 2, "d", "", old, 0))
+					deletes = append(deletes, opstest.Change(id, 2, "d", "", old, 0))
 				}
 			}
-			s.apply(batch...)
+			s.Apply(batch...)
 		}
-		s.apply(deletes...)
+		s.Apply(deletes...)
 	})
 	dst := filepath.Join(b.TempDir(), "t")
 	if err := os.CopyFS(dst, os.DirFS(benchDir)); err != nil {
@@ -67,7 +68,7 @@ func BenchmarkPurge(b *testing.B) {
 		dir := benchTable(b)
 		b.StartTimer()
 		res, err := tombstone.Purge(ctx, delta.Open(storage.NewLocal(dir)), tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour,
-			Now: func() time.Time { return opsNow }, Logger: discard})
+			Now: func() time.Time { return opstest.Now }, Logger: discard})
 		if err != nil || res.Rows != benchFiles*benchPerFile/10 {
 			b.Fatalf("purge: %+v %v", res, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/maintenance"
 	"github.com/cdcapply/cdcapply/tombstone"
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,7 +174,7 @@ func TestRestoreAndReplayThroughEngine(t *testing.T) {
 	send(3, 22, "c", "new")
 	bad := waitNext(t, dir, next)
 	stop()
-	if got := rows(t, dir); !same(got, []string{"1 new false", "2 new false"}) || bad.Version <= good.Version {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, []string{"1 new false", "2 new false"}) || bad.Version <= good.Version {
 		t.Fatalf("after the bad run (version %d): %v", bad.Version, got)
 	}
 
@@ -190,10 +191,10 @@ func TestRestoreAndReplayThroughEngine(t *testing.T) {
 	defer stop()
 	waitNext(t, dir, next)
 	want := []string{"1 paid false", "2 new true", "3 new false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("after restore and replay: %v, want %v", got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs after restore and replay: %v, want %v", got, want)
 	}
 }
@@ -295,14 +296,14 @@ func optimizeAlongsideEngine(t *testing.T, mode apply.MergeMode) {
 		want = append(want, fmt.Sprintf("%d %s false", id, s))
 	}
 	sort.Strings(want)
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("after %d compactions alongside the stream: %v, want %v", committed, got, want)
 	}
-	read := deltaRSRows
+	read := opstest.DeltaRSRows
 	if mode == apply.MergeOnRead {
-		read = deltaRSRowsDV
+		read = opstest.DeltaRSRowsDV
 	}
-	if got := read(t, dir); !same(got, want) {
+	if got := read(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs: %v, want %v", got, want)
 	}
 }
@@ -368,10 +369,10 @@ func TestPurgeRacingReviveThroughEngine(t *testing.T) {
 	send(4, 41, "c", "d")
 	waitNext(t, dir, next)
 	want := []string{"1 a2 false", "2 revived false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("table %v, want %v", got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs: %v, want %v", got, want)
 	}
 }

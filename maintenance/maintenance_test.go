@@ -13,22 +13,24 @@ import (
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/opstest"
+	"github.com/cdcapply/cdcapply/internal/pyenv"
 	"github.com/cdcapply/cdcapply/maintenance"
 )
 
 // smallFiles writes keys 1..8 over four batches, each leaving a small
 // file (batch 3 rewrites batch 1's file to update key 2, batch 4 deletes
 // key 5), and returns the table's rows.
-func smallFiles(t *testing.T) (string, *stream, []string) {
+func smallFiles(t *testing.T) (string, *opstest.Stream, []string) {
 	dir := t.TempDir()
 	s := newStream(t, dir)
-	ts := opsNow.Add(-time.Hour)
-	s.apply(change(1, 1, "c", "a", ts, 0), change(2, 1, "c", "b", ts, 0), change(3, 1, "c", "c", ts, 0))
-	s.apply(change(4, 2, "c", "d", ts, 0), change(5, 2, "c", "e", ts, 0), change(6, 2, "c", "f", ts, 0))
-	s.apply(change(2, 3, "u", "b2", ts, 0))
-	s.apply(change(7, 4, "c", "g", ts, 0), change(8, 4, "c", "h", ts, 0), change(5, 4, "d", "", ts, 0))
+	ts := opstest.Now.Add(-time.Hour)
+	s.Apply(opstest.Change(1, 1, "c", "a", ts, 0), opstest.Change(2, 1, "c", "b", ts, 0), opstest.Change(3, 1, "c", "c", ts, 0))
+	s.Apply(opstest.Change(4, 2, "c", "d", ts, 0), opstest.Change(5, 2, "c", "e", ts, 0), opstest.Change(6, 2, "c", "f", ts, 0))
+	s.Apply(opstest.Change(2, 3, "u", "b2", ts, 0))
+	s.Apply(opstest.Change(7, 4, "c", "g", ts, 0), opstest.Change(8, 4, "c", "h", ts, 0), opstest.Change(5, 4, "d", "", ts, 0))
 	want := []string{"1 a false", "2 b2 false", "3 c false", "4 d false", "5 e true", "6 f false", "7 g false", "8 h false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("set-up table %v, want %v", got, want)
 	}
 	return dir, s, want
@@ -63,17 +65,17 @@ func TestOptimizeKeepsRows(t *testing.T) {
 	if acts[0].CommitInfo.Operation != "OPTIMIZE" {
 		t.Fatalf("operation %q", acts[0].CommitInfo.Operation)
 	}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("our reader after optimize: %v, want %v", got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs after optimize: %v, want %v", got, want)
 	}
 	// The stream goes on over the compacted file after re-reading.
-	s.reopen()
-	s.apply(change(3, 9, "u", "c2", opsNow, 0))
+	s.Reopen()
+	s.Apply(opstest.Change(3, 9, "u", "c2", opstest.Now, 0))
 	want[2] = "3 c2 false"
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs after the stream resumed: %v, want %v", got, want)
 	}
 }
@@ -98,9 +100,9 @@ func TestOptimizeAlongsideStream(t *testing.T) {
 					return nil
 				}
 				if tc.name == "append" {
-					s.apply(change(9, 9, "c", "i", opsNow, 0))
+					s.Apply(opstest.Change(9, 9, "c", "i", opstest.Now, 0))
 				} else {
-					s.apply(change(1, 9, "u", "a2", opsNow, 0))
+					s.Apply(opstest.Change(1, 9, "u", "a2", opstest.Now, 0))
 				}
 				return nil
 			}
@@ -117,7 +119,7 @@ func TestOptimizeAlongsideStream(t *testing.T) {
 				want[0] = "1 a2 false"
 			}
 			sort.Strings(want)
-			if got := rows(t, dir); !same(got, want) {
+			if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 				t.Fatalf("table %v, want %v", got, want)
 			}
 		})
@@ -130,8 +132,8 @@ func TestOptimizeGivesUp(t *testing.T) {
 	n := 0
 	hook := func(ctx context.Context, attempt int) error {
 		n++
-		s.apply(change(1, uint64(10+n), "u", "again", opsNow, 0))
-		s.reopen()
+		s.Apply(opstest.Change(1, uint64(10+n), "u", "again", opstest.Now, 0))
+		s.Reopen()
 		return nil
 	}
 	_, err := maintenance.Optimize(context.Background(), tbl, maintenance.OptimizeOptions{BeforeCommit: hook, MaxAttempts: 2})
@@ -224,7 +226,7 @@ qb = QueryBuilder().register("orders", DeltaTable(sys.argv[1]))
 t = pa.table(qb.execute(sys.argv[2]).read_all())
 print(json.dumps({"columns": t.column_names, "rows": t.to_pylist()}))
 `
-	cmd := exec.Command(python(t), "-c", script, dir, query)
+	cmd := exec.Command(pyenv.Python(t), "-c", script, dir, query)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -249,7 +251,7 @@ print(json.dumps({"columns": t.column_names, "rows": t.to_pylist()}))
 			live = append(live, strings.TrimSuffix(w, " false"))
 		}
 	}
-	if strings.Join(res.Columns, ",") != "id,status" || !same(got, live) {
+	if strings.Join(res.Columns, ",") != "id,status" || !opstest.Same(got, live) {
 		t.Fatalf("the view returns columns %v rows %v, want id,status and %v", res.Columns, got, live)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/maintenance"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
@@ -20,21 +21,20 @@ import (
 // morTable streams 60 keys in six files in merge-on-read mode, then
 // updates and deletes keys of every file, so that each file carries a
 // deletion vector. It returns the stream and the expected rows.
-func morTable(t *testing.T, ts time.Time) (string, *stream, map[int64]string) {
+func morTable(t *testing.T, ts time.Time) (string, *opstest.Stream, map[int64]string) {
 	t.Helper()
 	dir := t.TempDir()
-	s := &stream{t: t, store: storage.NewLocal(dir), mode: apply.MergeOnRead}
-	s.reopen()
+	s := opstest.NewStream(t, dir, apply.MergeOnRead, true)
 	want := map[int64]string{}
 	seq := uint64(1)
 	for f := int64(0); f < 6; f++ {
 		var cs []*apply.Change
 		for i := int64(0); i < 10; i++ {
 			id := f*10 + i
-			cs = append(cs, change(id, seq, "c", fmt.Sprintf("v%d", id), ts, 0))
+			cs = append(cs, opstest.Change(id, seq, "c", fmt.Sprintf("v%d", id), ts, 0))
 			want[id] = fmt.Sprintf("%d v%d false", id, id)
 		}
-		s.apply(cs...)
+		s.Apply(cs...)
 		seq++
 	}
 	for round := int64(0); round < 3; round++ {
@@ -42,17 +42,17 @@ func morTable(t *testing.T, ts time.Time) (string, *stream, map[int64]string) {
 		for f := int64(0); f < 6; f++ {
 			id := f*10 + round*3
 			if round == 2 {
-				cs = append(cs, change(id, seq, "d", "", ts, 0))
+				cs = append(cs, opstest.Change(id, seq, "d", "", ts, 0))
 				want[id] = strings.Replace(want[id], "false", "true", 1)
 				continue
 			}
-			cs = append(cs, change(id, seq, "u", fmt.Sprintf("r%d", round), ts, 0))
+			cs = append(cs, opstest.Change(id, seq, "u", fmt.Sprintf("r%d", round), ts, 0))
 			want[id] = fmt.Sprintf("%d r%d false", id, round)
 		}
-		s.apply(cs...)
+		s.Apply(cs...)
 		seq++
 	}
-	snap := s.a.Snapshot()
+	snap := s.A.Snapshot()
 	withDV := 0
 	for _, a := range snap.Files() {
 		if a.DeletionVector != nil {
@@ -62,7 +62,7 @@ func morTable(t *testing.T, ts time.Time) (string, *stream, map[int64]string) {
 	if withDV < 6 {
 		t.Fatalf("set-up left %d files with deletion vectors, want at least 6", withDV)
 	}
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("set-up table\n%v\nwant\n%v", got, sorted(want))
 	}
 	return dir, s, want
@@ -82,7 +82,7 @@ func sorted(m map[int64]string) []string {
 // same, and the merge-on-read stream goes on after it.
 func TestOptimizeMergeOnReadTable(t *testing.T) {
 	ctx := context.Background()
-	dir, s, want := morTable(t, opsNow.Add(-time.Hour))
+	dir, s, want := morTable(t, opstest.Now.Add(-time.Hour))
 	tbl := delta.Open(storage.NewLocal(dir))
 	res, err := maintenance.Optimize(ctx, tbl, maintenance.OptimizeOptions{Logger: discard})
 	if err != nil {
@@ -96,13 +96,13 @@ func TestOptimizeMergeOnReadTable(t *testing.T) {
 		t.Fatalf("after optimize %d files (first with vector %v), %d rows: want one file of the 60 live rows, no vector",
 			snap.NumFiles(), snap.Files()[0].DeletionVector, res.Rows)
 	}
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("after optimize\n%v\nwant\n%v", got, sorted(want))
 	}
-	s.reopen()
-	s.apply(change(4, 100, "u", "after", opsNow, 0), change(61, 100, "c", "new", opsNow, 0))
+	s.Reopen()
+	s.Apply(opstest.Change(4, 100, "u", "after", opstest.Now, 0), opstest.Change(61, 100, "c", "new", opstest.Now, 0))
 	want[4], want[61] = "4 after false", "61 new false"
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("stream after optimize\n%v\nwant\n%v", got, sorted(want))
 	}
 }
@@ -112,7 +112,7 @@ func TestOptimizeMergeOnReadTable(t *testing.T) {
 // small, and leaves a file below the ratio alone.
 func TestOptimizeDeletedShare(t *testing.T) {
 	ctx := context.Background()
-	dir, _, want := morTable(t, opsNow.Add(-time.Hour))
+	dir, _, want := morTable(t, opstest.Now.Add(-time.Hour))
 	tbl := delta.Open(storage.NewLocal(dir))
 	// Every original file hides 3 of its 10 rows (30%); the batch files
 	// hide none. With a target size below every file, only the ratio
@@ -130,7 +130,7 @@ func TestOptimizeDeletedShare(t *testing.T) {
 			t.Fatalf("file %s still has a deletion vector", a.Path)
 		}
 	}
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("after optimize\n%v\nwant\n%v", got, sorted(want))
 	}
 	again, err := maintenance.Optimize(ctx, tbl, maintenance.OptimizeOptions{TargetSize: 1, DeletedRatio: 0.25, Logger: discard})
@@ -148,11 +148,11 @@ func TestOptimizeDeletedShare(t *testing.T) {
 // resync does.
 func TestOptimizeRacesMergeOnReadStream(t *testing.T) {
 	ctx := context.Background()
-	dir, s, want := morTable(t, opsNow.Add(-time.Hour))
+	dir, s, want := morTable(t, opstest.Now.Add(-time.Hour))
 	tbl := delta.Open(storage.NewLocal(dir))
 	hook := func(ctx context.Context, attempt int) error {
 		if attempt == 1 {
-			s.apply(change(11, 200, "u", "during", opsNow, 0))
+			s.Apply(opstest.Change(11, 200, "u", "during", opstest.Now, 0))
 		}
 		return nil
 	}
@@ -164,7 +164,7 @@ func TestOptimizeRacesMergeOnReadStream(t *testing.T) {
 		t.Fatalf("optimize took %d attempts, want 2 (the stream's vector conflicts with the first)", res.Attempts)
 	}
 	want[11] = "11 during false"
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("after the race\n%v\nwant\n%v", got, sorted(want))
 	}
 
@@ -172,19 +172,19 @@ func TestOptimizeRacesMergeOnReadStream(t *testing.T) {
 	if _, err := maintenance.Optimize(ctx, tbl, maintenance.OptimizeOptions{Logger: discard}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.a.Apply(ctx, batchOf(s, change(12, 300, "u", "late", opsNow, 0)))
+	_, err = s.A.Apply(ctx, batchOf(s, opstest.Change(12, 300, "u", "late", opstest.Now, 0)))
 	if !errors.Is(err, delta.ErrConflict) || errors.Is(err, apply.ErrFenced) {
 		t.Fatalf("apply over a stale snapshot: %v, want a conflict that is not fencing", err)
 	}
 	// As the engine's resync does: the failed commit left the key index
 	// as before the batch, so it catches up with the compaction.
-	r, err := s.a.Reload(ctx)
+	r, err := s.A.Reload(ctx)
 	if err != nil || r == nil || r.Rebuilt || r.CatchUp.FilesRemoved == 0 {
 		t.Fatalf("reload after the conflict: %+v, %v: want a catch-up with the compaction", r, err)
 	}
-	s.apply(change(12, 300, "u", "late", opsNow, 0))
+	s.Apply(opstest.Change(12, 300, "u", "late", opstest.Now, 0))
 	want[12] = "12 late false"
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("after resync\n%v\nwant\n%v", got, sorted(want))
 	}
 }
@@ -194,10 +194,10 @@ func TestOptimizeRacesMergeOnReadStream(t *testing.T) {
 // rows the stream sees, and a purge removes exactly the tombstones.
 func TestPurgeShowStatsOnMergeOnReadTable(t *testing.T) {
 	ctx := context.Background()
-	old := opsNow.Add(-240 * time.Hour)
+	old := opstest.Now.Add(-240 * time.Hour)
 	dir, s, want := morTable(t, old)
 	tbl := delta.Open(storage.NewLocal(dir))
-	st, err := tombstone.ReadStats(ctx, tbl, 7*24*time.Hour, opsNow)
+	st, err := tombstone.ReadStats(ctx, tbl, 7*24*time.Hour, opstest.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +213,10 @@ func TestPurgeShowStatsOnMergeOnReadTable(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s %s %s", *r[0], *r[1], *r[3]))
 	}
 	sort.Strings(got)
-	if !same(got, sorted(want)) {
+	if !opstest.Same(got, sorted(want)) {
 		t.Fatalf("show\n%v\nwant\n%v", got, sorted(want))
 	}
-	res, err := tombstone.Purge(ctx, tbl, tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Now: func() time.Time { return opsNow }, Logger: discard})
+	res, err := tombstone.Purge(ctx, tbl, tombstone.PurgeOptions{MaxLateness: 7 * 24 * time.Hour, Now: func() time.Time { return opstest.Now }, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,22 +228,22 @@ func TestPurgeShowStatsOnMergeOnReadTable(t *testing.T) {
 			delete(want, id)
 		}
 	}
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("after purge\n%v\nwant\n%v", got, sorted(want))
 	}
-	s.reopen()
-	s.apply(change(5, 400, "u", "post-purge", opsNow, 0))
+	s.Reopen()
+	s.Apply(opstest.Change(5, 400, "u", "post-purge", opstest.Now, 0))
 	want[5] = "5 post-purge false"
-	if got := rows(t, dir); !same(got, sorted(want)) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, sorted(want)) {
 		t.Fatalf("stream after purge\n%v\nwant\n%v", got, sorted(want))
 	}
 }
 
 // batchOf is the batch stream.apply would commit, for a test that expects
 // the commit to fail.
-func batchOf(s *stream, changes ...*apply.Change) *apply.Batch {
+func batchOf(s *opstest.Stream, changes ...*apply.Change) *apply.Batch {
 	tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
-	from, _ := s.a.Positions().Next(tp)
+	from, _ := s.A.Positions().Next(tp)
 	for i, c := range changes {
 		c.Pos.Offset = from + int64(i)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/maintenance"
 )
 
@@ -22,11 +23,11 @@ func TestRestoreThenReplay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newStream(t, dir)
-	ts := opsNow.Add(-time.Hour)
-	s.apply(change(1, 1, "c", "a", ts, 0), change(2, 1, "c", "b", ts, 0))  // version 0, offsets 0..1
-	s.apply(change(3, 2, "c", "c", ts, 0))                                 // version 1 = N, offset 2
-	s.apply(change(1, 3, "u", "BAD", ts, 0), change(2, 3, "d", "", ts, 0)) // versions 2..3: bad data
-	s.apply(change(4, 4, "c", "BAD", ts, 0))
+	ts := opstest.Now.Add(-time.Hour)
+	s.Apply(opstest.Change(1, 1, "c", "a", ts, 0), opstest.Change(2, 1, "c", "b", ts, 0))  // version 0, offsets 0..1
+	s.Apply(opstest.Change(3, 2, "c", "c", ts, 0))                                         // version 1 = N, offset 2
+	s.Apply(opstest.Change(1, 3, "u", "BAD", ts, 0), opstest.Change(2, 3, "d", "", ts, 0)) // versions 2..3: bad data
+	s.Apply(opstest.Change(4, 4, "c", "BAD", ts, 0))
 	tbl := delta.Open(storage.NewLocal(dir))
 	app := checkpoint.AppID("p", checkpoint.TopicPartition{Topic: "orders", Partition: 0})
 
@@ -37,31 +38,31 @@ func TestRestoreThenReplay(t *testing.T) {
 	if res.Txns[app] != 3 {
 		t.Fatalf("rewound %s to %d, want 3 (the next offset at version 1)", app, res.Txns[app])
 	}
-	if got, want := rows(t, dir), []string{"1 a false", "2 b false", "3 c false"}; !same(got, want) {
+	if got, want := opstest.Rows(t, dir), []string{"1 a false", "2 b false", "3 c false"}; !opstest.Same(got, want) {
 		t.Fatalf("after restore: %v, want %v", got, want)
 	}
 	// The running stream still thinks it is at offset 6: its next commit
 	// must conflict on its txn, not land on top of the restored table
 	// (the engine then re-seeks from the table).
 	tp := checkpoint.TopicPartition{Topic: "orders", Partition: 0}
-	_, err = s.a.Apply(ctx, &apply.Batch{Changes: []*apply.Change{change(5, 5, "c", "x", ts, 6)},
+	_, err = s.A.Apply(ctx, &apply.Batch{Changes: []*apply.Change{opstest.Change(5, 5, "c", "x", ts, 6)},
 		Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: 6, Next: 7}}})
 	if !errors.Is(err, delta.ErrConcurrentTransaction) {
 		t.Fatalf("stale stream commit after restore: err = %v, want a txn conflict", err)
 	}
 	// It re-reads the table, resumes at offset 3 and replays the corrected
 	// records 3.. (the bad ones fixed at the source and re-sent).
-	s.reopen()
-	if next, _ := s.a.Positions().Next(tp); next != 3 {
+	s.Reopen()
+	if next, _ := s.A.Positions().Next(tp); next != 3 {
 		t.Fatalf("stream resumes at %d, want 3", next)
 	}
-	s.apply(change(1, 3, "u", "good", ts, 0), change(2, 3, "u", "b2", ts, 0))
-	s.apply(change(4, 4, "c", "d", ts, 0))
+	s.Apply(opstest.Change(1, 3, "u", "good", ts, 0), opstest.Change(2, 3, "u", "b2", ts, 0))
+	s.Apply(opstest.Change(4, 4, "c", "d", ts, 0))
 	want := []string{"1 good false", "2 b2 false", "3 c false", "4 d false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("after replay: %v, want %v", got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs after replay: %v, want %v", got, want)
 	}
 }
@@ -73,9 +74,9 @@ func TestVacuumThenRestore(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newStream(t, dir)
-	ts := opsNow.Add(-time.Hour)
-	s.apply(change(1, 1, "c", "a", ts, 0))
-	s.apply(change(1, 2, "u", "b", ts, 0)) // rewrites version 0's file
+	ts := opstest.Now.Add(-time.Hour)
+	s.Apply(opstest.Change(1, 1, "c", "a", ts, 0))
+	s.Apply(opstest.Change(1, 2, "u", "b", ts, 0)) // rewrites version 0's file
 	tbl := delta.Open(storage.NewLocal(dir))
 	v0, _ := tbl.SnapshotAt(ctx, 0)
 	zero := time.Duration(0)
@@ -105,7 +106,7 @@ func TestVacuumThenRestore(t *testing.T) {
 	if _, err := maintenance.Show(ctx, tbl, maintenance.ShowOptions{Version: 0}); !errors.Is(err, delta.ErrFilesMissing) || !strings.Contains(err.Error(), oldFile) {
 		t.Fatalf("show version 0 after vacuum: err = %v, want ErrFilesMissing naming %s", err, oldFile)
 	}
-	if got, want := rows(t, dir), []string{"1 b false"}; !same(got, want) {
+	if got, want := opstest.Rows(t, dir), []string{"1 b false"}; !opstest.Same(got, want) {
 		t.Fatalf("latest version after vacuum: %v, want %v", got, want)
 	}
 }

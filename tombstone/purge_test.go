@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/apply"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
 
@@ -18,19 +19,19 @@ const week = 7 * 24 * time.Hour
 // purgeTable has keys 1..4 created ten days ago, keys 2 and 3 deleted
 // nine days ago (purgeable after a week's lateness), key 4 deleted an
 // hour ago (too recent) and key 5 created an hour ago.
-func purgeTable(t *testing.T) (string, *stream) {
+func purgeTable(t *testing.T) (string, *opstest.Stream) {
 	dir := t.TempDir()
 	s := newStream(t, dir)
-	old, older, recent := opsNow.Add(-9*24*time.Hour), opsNow.Add(-10*24*time.Hour), opsNow.Add(-time.Hour)
-	s.apply(change(1, 10, "c", "a", older, 0), change(2, 10, "c", "b", older, 0), change(3, 10, "c", "c", older, 0), change(4, 10, "c", "d", older, 0))
-	s.apply(change(2, 20, "d", "", old, 0), change(3, 20, "d", "", old, 0))
-	s.apply(change(4, 30, "d", "", recent, 0), change(5, 30, "c", "e", recent, 0))
+	old, older, recent := opstest.Now.Add(-9*24*time.Hour), opstest.Now.Add(-10*24*time.Hour), opstest.Now.Add(-time.Hour)
+	s.Apply(opstest.Change(1, 10, "c", "a", older, 0), opstest.Change(2, 10, "c", "b", older, 0), opstest.Change(3, 10, "c", "c", older, 0), opstest.Change(4, 10, "c", "d", older, 0))
+	s.Apply(opstest.Change(2, 20, "d", "", old, 0), opstest.Change(3, 20, "d", "", old, 0))
+	s.Apply(opstest.Change(4, 30, "d", "", recent, 0), opstest.Change(5, 30, "c", "e", recent, 0))
 	return dir, s
 }
 
 func purgeOpts() tombstone.PurgeOptions {
 	// No KeyColumns: the keys come from the table's recorded key columns.
-	return tombstone.PurgeOptions{MaxLateness: week, Now: func() time.Time { return opsNow }}
+	return tombstone.PurgeOptions{MaxLateness: week, Now: func() time.Time { return opstest.Now }}
 }
 
 func TestEngineColumnNames(t *testing.T) {
@@ -88,12 +89,12 @@ func TestPurgeDryRunAndBounds(t *testing.T) {
 		t.Fatalf("bounded purge: %+v", res)
 	}
 	want := []string{"1 a false", "3 c true", "4 d true", "5 e false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("after a purge of one row: %v, want %v", got, want)
 	}
 	snap, _ := tbl.Snapshot(ctx)
 	h, ok := tombstone.HorizonOf(snap)
-	cutoff := opsNow.Add(-week).UnixMicro()
+	cutoff := opstest.Now.Add(-week).UnixMicro()
 	if !ok || h.SourceTsMicros != cutoff || h.PurgedRows != 1 {
 		t.Fatalf("horizon %+v %v, want cut-off %d and 1 row", h, ok, cutoff)
 	}
@@ -131,7 +132,7 @@ func TestPurgeRacingRevive(t *testing.T) {
 	o := purgeOpts()
 	o.BeforeCommit = func(ctx context.Context, attempt int) error {
 		if attempt == 1 {
-			s.apply(change(2, 40, "u", "revived", opsNow, 0))
+			s.Apply(opstest.Change(2, 40, "u", "revived", opstest.Now, 0))
 		}
 		return nil
 	}
@@ -145,17 +146,17 @@ func TestPurgeRacingRevive(t *testing.T) {
 	// The oracle: key 2 revived by the stream, key 3's old tombstone
 	// purged, key 4's recent tombstone kept.
 	want := []string{"1 a false", "2 revived false", "4 d true", "5 e false"}
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("table %v, want %v", got, want)
 	}
-	if got := deltaRSRows(t, dir); !same(got, want) {
+	if got := opstest.DeltaRSRows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("delta-rs reads %v, want %v", got, want)
 	}
 	// The stream goes on after re-reading the table: no update is lost.
-	s.reopen()
-	s.apply(change(1, 50, "u", "after", opsNow, 0))
+	s.Reopen()
+	s.Apply(opstest.Change(1, 50, "u", "after", opstest.Now, 0))
 	want[0] = "1 after false"
-	if got := rows(t, dir); !same(got, want) {
+	if got := opstest.Rows(t, dir); !opstest.Same(got, want) {
 		t.Fatalf("after the stream resumed: %v, want %v", got, want)
 	}
 	// The conflicted attempt's rewritten file was deleted: every data
@@ -181,12 +182,12 @@ func TestPurgeRacingRevive(t *testing.T) {
 
 func TestReadStats(t *testing.T) {
 	dir, _ := purgeTable(t)
-	st, err := tombstone.ReadStats(context.Background(), delta.Open(storageAt(dir)), week, opsNow)
+	st, err := tombstone.ReadStats(context.Background(), delta.Open(storageAt(dir)), week, opstest.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Rows != 5 || st.Tombstones != 3 || st.Eligible != 2 || st.EligibleFiles != 1 || st.HasHorizon ||
-		st.OldestMicros != opsNow.Add(-9*24*time.Hour).UnixMicro() {
+		st.OldestMicros != opstest.Now.Add(-9*24*time.Hour).UnixMicro() {
 		t.Fatalf("stats %+v", st)
 	}
 }

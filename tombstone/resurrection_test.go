@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdcapply/cdcapply/apply"
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/internal/opstest"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
 
@@ -15,11 +16,11 @@ import (
 // before a batch is applied, a change whose key the table does not hold
 // and whose source time is before the horizon is quarantined. present
 // reads the table's keys (the apply engine asks its key index).
-func guardedApply(t *testing.T, s *stream, dir string, changes ...*apply.Change) (quarantined []string) {
+func guardedApply(t *testing.T, s *opstest.Stream, dir string, changes ...*apply.Change) (quarantined []string) {
 	t.Helper()
-	g := tombstone.NewGuard(s.a.Snapshot())
+	g := tombstone.NewGuard(s.A.Snapshot())
 	present := map[int64]bool{}
-	for _, r := range rows(t, dir) {
+	for _, r := range opstest.Rows(t, dir) {
 		var id int64
 		var rest string
 		if _, err := fmt.Sscan(r, &id, &rest); err == nil {
@@ -35,7 +36,7 @@ func guardedApply(t *testing.T, s *stream, dir string, changes ...*apply.Change)
 		keep = append(keep, c)
 	}
 	if len(keep) > 0 {
-		s.apply(keep...)
+		s.Apply(keep...)
 	}
 	return quarantined
 }
@@ -52,24 +53,24 @@ func TestResurrectionAfterPurge(t *testing.T) {
 		if _, err := tombstone.Purge(ctx, delta.Open(storageAt(dir)), purgeOpts()); err != nil {
 			t.Fatal(err)
 		}
-		s.reopen()
+		s.Reopen()
 		// The late update: sequence 15 (before the delete's 20), source
 		// time nine and a half days ago, arriving now.
-		late := change(2, 15, "u", "zombie", opsNow.Add(-228*time.Hour), 0)
+		late := opstest.Change(2, 15, "u", "zombie", opstest.Now.Add(-228*time.Hour), 0)
 		// A genuinely new key with a recent time is not affected.
-		fresh := change(6, 50, "c", "new", opsNow, 0)
+		fresh := opstest.Change(6, 50, "c", "new", opstest.Now, 0)
 		var q []string
 		if guarded {
 			q = guardedApply(t, s, dir, late, fresh)
 		} else {
-			s.apply(late, fresh)
+			s.Apply(late, fresh)
 		}
-		got := rows(t, dir)
+		got := opstest.Rows(t, dir)
 		want := []string{"1 a false", "4 d true", "5 e false", "6 new false"}
 		switch {
-		case guarded && (!same(got, want) || len(q) != 1 || q[0] != "late_beyond_purge_horizon"):
+		case guarded && (!opstest.Same(got, want) || len(q) != 1 || q[0] != "late_beyond_purge_horizon"):
 			t.Fatalf("with the horizon: table %v quarantined %v, want %v and one late_beyond_purge_horizon", got, q, want)
-		case !guarded && same(got, want):
+		case !guarded && opstest.Same(got, want):
 			t.Fatal("without the horizon the late change did not resurrect key 2: the guarded case proves nothing")
 		case !guarded && !contains(got, "2 zombie false"):
 			t.Fatalf("without the horizon: %v, want key 2 resurrected as zombie", got)
