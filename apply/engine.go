@@ -9,10 +9,12 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -74,6 +76,10 @@ type Engine struct {
 	// wrapStore, when set, wraps each table's storage (tests inject
 	// storage faults with it).
 	wrapStore func(storage.Storage) storage.Storage
+	// watermarkEvery is how often the loop, waiting for a table's batch
+	// to land, asks the brokers for the end offsets of the table's
+	// partitions (watermarkInterval; tests shorten it).
+	watermarkEvery time.Duration
 
 	// haltMu guards haltedView, the copy of the tables' halts that Halted
 	// reads from other goroutines (tableRun.halted is the loop's own).
@@ -294,7 +300,7 @@ func (b *tableBuffer) reset() {
 
 // NewEngine builds an engine for a validated configuration.
 func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
-	e := &Engine{cfg: cfg, log: slog.Default(), clock: time.Now, assigned: map[string]map[int32]bool{}}
+	e := &Engine{cfg: cfg, log: slog.Default(), clock: time.Now, assigned: map[string]map[int32]bool{}, watermarkEvery: watermarkInterval}
 	for _, o := range opts {
 		o(e)
 	}
@@ -371,6 +377,7 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	done := func(o delta.CheckpointOutcome) { e.checkpointDone(t, o) }
 	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store, delta.BackgroundCheckpoints(done)), newFiles, tc.KeyColumns, e.clock)
 	t.applier.checkpointDone = done
+	t.applier.onStage = func(stage string) { e.metrics.stageBegan(tc.Name, stage) }
 	t.applier.SetBuildProgress(e.buildProgress(tc.Name, buildProgressEvery))
 	if err := t.applier.SetMergeMode(MergeMode(tc.WriteMode)); err != nil {
 		return nil, fmt.Errorf("table %s: write_mode: %w", tc.Name, err)
@@ -576,6 +583,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		// A large table's key index takes seconds to build (10M keys:
 		// several), so the start says what it read and how long it took.
 		opened := time.Now()
+		e.metrics.stageBegan(t.cfg.Name, stageOpen)
 		if err := t.applier.Open(ctx); err != nil {
 			return err
 		}
@@ -589,6 +597,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err := t.quarantine.Open(ctx); err != nil {
 			return err
 		}
+		e.metrics.stageEnded(t.cfg.Name)
 		e.recordResume(ctx, t)
 		if t.applier.index != nil {
 			e.metrics.rowsHeld(t.cfg.Name, t.applier.index.Len(), t.applier.index.Tombstones())
@@ -1216,6 +1225,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 		Pos: Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
 	b := &Batch{Read: 1, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: r.Offset, Next: r.Offset + 1}}}
 	res, err := t.applier.Truncate(ctx, c, b)
+	e.metrics.stageEnded(t.cfg.Name)
 	if err != nil {
 		e.log.Error("truncate failed; retrying from the table's positions", "table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		e.resync(ctx, t)
@@ -1339,6 +1349,16 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	if t.buf.empty() {
 		return true
 	}
+	// Each stage is shown while under way; a batch that goes no further
+	// than the loop's stages ends them here, one that is launched when
+	// its goroutine returns.
+	launched := false
+	defer func() {
+		if !launched {
+			e.metrics.stageEnded(t.cfg.Name)
+		}
+	}()
+	e.metrics.stageBegan(t.cfg.Name, stageRefresh)
 	refreshStart := time.Now()
 	caught, err := t.applier.Refresh(ctx)
 	if err != nil {
@@ -1379,6 +1399,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	}
 	quarantineStart := time.Now()
 	if len(t.buf.rejected) > 0 {
+		e.metrics.stageBegan(t.cfg.Name, stageQuarantine)
 		if err := t.quarantine.Write(ctx, t.buf.rejected); err != nil {
 			e.log.Error("quarantine write failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 			e.resync(ctx, t)
@@ -1408,8 +1429,10 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	// The commit is not cut short by the engine's shutdown: a batch whose
 	// data files are written is committed, and Run's shutdown waits.
 	actx := context.WithoutCancel(ctx)
+	launched = true
 	go func() {
 		defer close(f.done)
+		defer e.metrics.stageEnded(t.cfg.Name) // before done: the next batch's stages come after
 		if e.applying != nil {
 			e.applying(t.cfg.Name)
 		}
@@ -1448,7 +1471,7 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	if f == nil {
 		return true
 	}
-	<-f.done
+	e.await(t, f)
 	t.inflight = nil
 	b, res, err := f.b, f.res, f.err
 	if err != nil {
@@ -1487,6 +1510,61 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	// copies; only Raw points into the fetched bytes).
 	e.batches.releaseChanges(b.Changes)
 	return true
+}
+
+// watermarkInterval is how often a wait for a batch to land refreshes the
+// lag of the table's partitions. While the loop waits (the next batch is
+// due and its backlog is full) nothing is fetched, so no fetch brings a
+// high watermark: without asking, a commit stuck on its storage would
+// show a lag frozen at the last fetch's while the source goes on, and an
+// alert on growing lag would never fire.
+const watermarkInterval = 10 * time.Second
+
+// await waits for the batch in flight f of table t to return, refreshing
+// the lag of t's partitions from the brokers every watermarkEvery.
+func (e *Engine) await(t *tableRun, f *inflight) {
+	if e.metrics == nil || e.client == nil || e.watermarkEvery <= 0 {
+		<-f.done
+		return
+	}
+	tick := time.NewTicker(e.watermarkEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.done:
+			return
+		case <-tick.C:
+			e.refreshWatermarks(t)
+		}
+	}
+}
+
+// refreshWatermarks asks the brokers for the end offsets of t's assigned
+// partitions and records them as high watermarks. A failure is logged at
+// debug level only: an unreachable broker has its own series.
+func (e *Engine) refreshWatermarks(t *tableRun) {
+	assigned := e.assignedOf(t)
+	if len(assigned) == 0 {
+		return
+	}
+	topics := make([]string, 0, len(assigned))
+	for topic := range assigned {
+		topics = append(topics, topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.watermarkEvery)
+	defer cancel()
+	listed, err := kadm.NewClient(e.client).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		e.log.Debug("end offsets not listed while waiting for a commit", "table", t.cfg.Name, "err", err)
+		return
+	}
+	ends := map[checkpoint.TopicPartition]int64{}
+	listed.Each(func(lo kadm.ListedOffset) {
+		if lo.Err == nil && slices.Contains(assigned[lo.Topic], lo.Partition) {
+			ends[checkpoint.TopicPartition{Topic: lo.Topic, Partition: lo.Partition}] = lo.Offset
+		}
+	})
+	e.metrics.watermarks(ends)
 }
 
 // checkpointDone reports a log checkpoint's outcome as it ends (on the
@@ -1594,6 +1672,8 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 		e.log.Warn("not resynced: shutting down; the table's positions are where a restart reads from", "table", t.cfg.Name)
 		return
 	}
+	e.metrics.stageBegan(t.cfg.Name, stageOpen)
+	defer e.metrics.stageEnded(t.cfg.Name)
 	if err := e.reload(ctx, t); err != nil {
 		e.halt(t, "open", err)
 		return

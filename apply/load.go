@@ -74,6 +74,7 @@ func (e *Engine) Load(ctx context.Context, table string, recs []debezium.Record)
 	}
 	b.Changes = t.buf.changes
 	res, err := t.applier.Apply(ctx, b)
+	e.metrics.stageEnded(t.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("load table %s: %w", t.cfg.Name, err)
 	}

@@ -42,10 +42,11 @@ type Metrics struct {
 	logFiles      *prometheus.GaugeVec
 	indexRefresh  *prometheus.CounterVec
 	freshness     *prometheus.Desc
+	inProgress    *prometheus.Desc
 
 	kafka *kprom.Metrics
 
-	mu sync.Mutex // guards hwm, pos, owner and freshAsOf
+	mu sync.Mutex // guards hwm, pos, owner, freshAsOf and busy
 	// hwm is the latest high watermark seen per partition in a fetch.
 	hwm map[checkpoint.TopicPartition]int64
 	// pos is the table's next offset to apply per partition.
@@ -54,6 +55,14 @@ type Metrics struct {
 	owner map[checkpoint.TopicPartition]string
 	// freshAsOf is the source time up to which each table is complete.
 	freshAsOf map[string]time.Time
+	// busy is the stage each table's batch is in now, and since when.
+	busy map[string]busyStage
+}
+
+// busyStage is a stage under way: cdcapply_stage_in_progress_seconds.
+type busyStage struct {
+	stage string
+	since time.Time
 }
 
 // Stage names of cdcapply_stage_duration_seconds.
@@ -66,6 +75,9 @@ const (
 	// stageCheckpoint is observed on checkpoint versions only: the part
 	// of their commit spent writing the log checkpoint and cleaning up.
 	stageCheckpoint = "checkpoint"
+	// stageOpen is shown in progress only (never observed): the table's
+	// log read and key index built, at start and on a resync.
+	stageOpen = "open"
 )
 
 // NewMetrics registers the engine's metrics and franz-go's client metrics
@@ -101,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_halted",
 			Help: "1 when the table halted, with the class of the reason (schema, truncate, offset_gap, open)."}, []string{"table", "reason"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_partition_lag_records",
-			Help: "High watermark of the partition (from the latest fetch) minus the table's applied position."},
+			Help: "High watermark of the partition minus the table's applied position. The watermark comes from the latest fetch, and while the engine waits for a commit (fetching nothing) from the brokers' end offsets every 10 s."},
 			[]string{"table", "topic", "partition"}),
 		sourceTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_source_time_seconds",
 			Help: "Source commit time (Unix seconds) up to which the table is complete: the newest committed change, or a heartbeat read while the table had no lag."}, table),
@@ -118,11 +130,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"table", "how"}),
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
+		inProgress: prometheus.NewDesc("cdcapply_stage_in_progress_seconds",
+			"How long the table has been in the stage it is in now (open: the log read and the key index built, at start or after a failure; then a batch's refresh, quarantine, plan, commit); present only while the table is in one. cdcapply_stage_duration_seconds is observed when a stage ends, so a stage that hangs (storage that does not answer) shows here only.",
+			[]string{"table", "stage"}, nil),
 		kafka:     kprom.NewMetrics("cdcapply_kafka", kprom.Registerer(reg)),
 		hwm:       map[checkpoint.TopicPartition]int64{},
 		pos:       map[checkpoint.TopicPartition]int64{},
 		owner:     map[checkpoint.TopicPartition]string{},
 		freshAsOf: map[string]time.Time{},
+		busy:      map[string]busyStage{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
@@ -135,11 +151,15 @@ func WithMetrics(m *Metrics) EngineOption { return func(e *Engine) { e.metrics =
 // kafkaHooks returns the client hooks feeding the kprom metrics.
 func (m *Metrics) kafkaHooks() kgo.Opt { return kgo.WithHooks(m.kafka) }
 
-// freshnessCollector computes freshness at scrape time, so an idle table
-// grows stale on the dashboard without any event having to update it.
+// freshnessCollector computes freshness and the time of the stages under
+// way at scrape time, so an idle table grows stale, and a stuck stage
+// grows old, on the dashboard without any event having to update them.
 type freshnessCollector struct{ m *Metrics }
 
-func (c freshnessCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.freshness }
+func (c freshnessCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.freshness
+	ch <- c.m.inProgress
+}
 
 func (c freshnessCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
@@ -148,6 +168,29 @@ func (c freshnessCollector) Collect(ch chan<- prometheus.Metric) {
 	for table, at := range c.m.freshAsOf {
 		ch <- prometheus.MustNewConstMetric(c.m.freshness, prometheus.GaugeValue, now.Sub(at).Seconds(), table)
 	}
+	for table, b := range c.m.busy {
+		ch <- prometheus.MustNewConstMetric(c.m.inProgress, prometheus.GaugeValue, now.Sub(b.since).Seconds(), table, b.stage)
+	}
+}
+
+// stageBegan notes that table's batch entered stage.
+func (m *Metrics) stageBegan(table, stage string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.busy[table] = busyStage{stage, m.now()}
+	m.mu.Unlock()
+}
+
+// stageEnded notes that table has no batch in a stage any more.
+func (m *Metrics) stageEnded(table string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.busy, table)
+	m.mu.Unlock()
 }
 
 // tableStarted puts a table's state series in place.
@@ -204,6 +247,24 @@ func (m *Metrics) fetched(fetches kgo.Fetches) {
 		m.hwm[tp] = p.HighWatermark
 		m.setLagLocked(tp)
 	})
+}
+
+// watermarks records high watermarks listed by the brokers (while the
+// loop waits for a commit and fetches nothing) and refreshes the lag of
+// the partitions they name. A watermark never moves back: a fetch's may
+// be newer than the listing.
+func (m *Metrics) watermarks(ends map[checkpoint.TopicPartition]int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for tp, end := range ends {
+		if end > m.hwm[tp] {
+			m.hwm[tp] = end
+			m.setLagLocked(tp)
+		}
+	}
 }
 
 // positioned records a partition's position as read from its table (on

@@ -162,7 +162,7 @@ cdcapply_rows_written_total{kind="update",table="orders"} 1
 # HELP cdcapply_schema_changes_total Committed additive schema changes (new source columns joining the table).
 # TYPE cdcapply_schema_changes_total counter
 cdcapply_schema_changes_total{table="orders"} 1
-# HELP cdcapply_partition_lag_records High watermark of the partition (from the latest fetch) minus the table's applied position.
+# HELP cdcapply_partition_lag_records High watermark of the partition minus the table's applied position. The watermark comes from the latest fetch, and while the engine waits for a commit (fetching nothing) from the brokers' end offsets every 10 s.
 # TYPE cdcapply_partition_lag_records gauge
 cdcapply_partition_lag_records{partition="0",table="audit",topic="audit"} 4
 cdcapply_partition_lag_records{partition="0",table="items",topic="items"} 1

@@ -90,6 +90,10 @@ type TableApplier struct {
 	mode           MergeMode
 	fold           bool              // merge-on-read batches fold small and hollow files
 	props          map[string]string // table properties to set (SetTableProperties)
+	// onStage, when set, is told each stage a batch enters, on the
+	// applying goroutine: stagePlan (reduce, plan, data files), then
+	// stageCommit (the log commit).
+	onStage func(stage string)
 
 	snap   *delta.Snapshot // nil until the table exists
 	layout *Layout
@@ -454,6 +458,7 @@ func (a *TableApplier) Apply(ctx context.Context, b *Batch) (*Result, error) {
 	if err := a.checkPositions(tx, b); err != nil {
 		return nil, err
 	}
+	a.enter(stagePlan)
 	now := a.clock()
 	started := time.Now()
 	plan, err := a.index.PlanBatch(ctx, Reduce(b.Changes), a.rf, now.UnixMicro(), a.mode, a.fold)
@@ -483,12 +488,20 @@ func (a *TableApplier) Truncate(ctx context.Context, c *Change, b *Batch) (*Resu
 	if err := a.checkPositions(tx, b); err != nil {
 		return nil, err
 	}
+	a.enter(stagePlan)
 	now := a.clock()
 	plan, err := a.index.PlanTruncate(ctx, a.rf, c.Seq, c.SourceTsMicros, now.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("truncate table %s: %w", a.name, err)
 	}
 	return a.commit(ctx, tx, b, plan, now, "DELETE")
+}
+
+// enter reports that the batch entered stage.
+func (a *TableApplier) enter(stage string) {
+	if a.onStage != nil {
+		a.onStage(stage)
+	}
 }
 
 // checkPositions reads the batch's partitions' txns into the transaction
@@ -569,6 +582,7 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 	if a.snap == nil {
 		op = "CREATE TABLE AS SELECT"
 	}
+	a.enter(stageCommit)
 	started := time.Now()
 	committed, err := tx.Commit(ctx, op, a.commitParams(b, plan))
 	took := time.Since(started)

@@ -1,0 +1,361 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cdcapply/cdcapply/delta/storage"
+)
+
+// The tests here reproduce rows of the README's failure-mode table
+// (Operations) on a running engine and check the series each row says an
+// SRE sees: storage errors, an unreachable Kafka, a stuck commit.
+
+// logCommit matches a commit's log entry: _delta_log/<20 digits>.json.
+var logCommit = regexp.MustCompile(`_delta_log/(\d{20})\.json$`)
+
+// TestStorageErrorsAreCountedAndRetried: the table's storage refuses two
+// log commits and one data file (a full or read-only volume). Each failed
+// batch is counted in cdcapply_commits_failed_total (what
+// CdcapplyCommitFailures pages on), logged with the table and the file it
+// could not write, and read again from the table's positions: the table
+// converges to the oracle with nothing lost or doubled, and only
+// successful commits count rows.
+func TestStorageErrorsAreCountedAndRetried(t *testing.T) {
+	c, p := kfakeOrders(t)
+	o := ordersOracle{}
+	for i := 0; i < 120; i++ {
+		id, op, status := i%13, "u", fmt.Sprintf("s%d", i)
+		if i%11 == 5 {
+			op = "d"
+		}
+		p.change(id, int64(100+i), op, status)
+		o.apply(id, op, status)
+	}
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 10
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Hour)
+
+	var mu sync.Mutex
+	var refused []string
+	wrap := func(inner storage.Storage) storage.Storage {
+		f := storage.NewFaulty(inner)
+		f.SetRule(func(op storage.Op) storage.Fault {
+			if op.Kind != storage.OpWriteIfAbsent && op.Kind != storage.OpWrite {
+				return storage.Pass
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			m := logCommit.FindStringSubmatch(op.Path)
+			switch {
+			case m != nil && m[1] != strings.Repeat("0", 20) && len(refused) < 2:
+				// The log commit of a batch (not the table's creation).
+			case m == nil && strings.HasSuffix(op.Path, ".parquet") && !strings.Contains(op.Path, "_delta_log") && len(refused) == 2:
+				// A data file of a later batch.
+			default:
+				return storage.Pass
+			}
+			refused = append(refused, op.Path)
+			return storage.Fail
+		})
+		return f
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	var log syncBuffer
+	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore = wrap }, WithMetrics(m),
+		Logger(slog.New(slog.NewTextHandler(&log, nil))))
+	waitRecorded(t, m, dir+"/orders", "orders", p.ends)
+	stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) != 3 {
+		t.Fatalf("%d writes refused (%v), want 3: the test did not exercise the failures it names", len(refused), refused)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle after the storage errors:\n got %v\nwant %v", got, want)
+	}
+	if got := testutil.ToFloat64(m.commitFailed.WithLabelValues("orders")); got != 3 {
+		t.Errorf("cdcapply_commits_failed_total = %v, want 3 (one per refused write)", got)
+	}
+	if got := testutil.ToFloat64(m.fenced.WithLabelValues("orders")); got != 0 {
+		t.Errorf("cdcapply_commits_fenced_total = %v, want 0: a storage error is not a fence", got)
+	}
+	// Rows count committed batches only: 120 changes of 13 keys, each
+	// written once however often its batch was tried.
+	var rows float64
+	for _, kind := range []string{"insert", "update", "delete", "revive"} {
+		rows += testutil.ToFloat64(m.rows.WithLabelValues("orders", kind))
+	}
+	applied := testutil.ToFloat64(m.records.WithLabelValues("orders", "applied", ""))
+	if applied != 120 {
+		t.Errorf("cdcapply_records_total{outcome=applied} = %v, want 120: a retried batch was counted twice or not at all", applied)
+	}
+	if rows < 13 || rows > 120 {
+		t.Errorf("cdcapply_rows_written_total = %v, want between 13 and 120", rows)
+	}
+	lines := strings.Split(log.String(), "\n")
+	for _, path := range refused {
+		found := false
+		for _, l := range lines {
+			if strings.Contains(l, "table commit failed") && strings.Contains(l, "table=orders") && strings.Contains(l, path) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no \"table commit failed\" line names table orders and %s:\n%s", path, log.String())
+		}
+	}
+}
+
+// TestKafkaUnreachableIsVisible: the broker goes away under a running
+// engine. The Kafka client's failed connections are counted while it
+// reads no bytes (what CdcapplyKafkaUnreachable pages on), freshness
+// grows, the lag series keeps its last value, and the engine keeps
+// running, ready to go on when a broker answers.
+func TestKafkaUnreachableIsVisible(t *testing.T) {
+	c, p := kfakeOrders(t)
+	p.change(1, 10, "c", "a")
+	p.change(2, 11, "c", "b")
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	e, stop := startEngineWith(t, cfg, WithMetrics(m))
+	defer stop()
+	waitRecorded(t, m, dir+"/orders", "orders", p.ends)
+	if got := gatherSum(t, reg, "cdcapply_kafka_read_bytes_total"); got <= 0 {
+		t.Fatalf("cdcapply_kafka_read_bytes_total = %v after reading records", got)
+	}
+	errs0 := gatherSum(t, reg, "cdcapply_kafka_connect_errors_total")
+
+	c.Close()
+	waitFor(t, "failed connections after the broker went away", func() bool {
+		return gatherSum(t, reg, "cdcapply_kafka_connect_errors_total") > errs0
+	})
+	// A window as the alert's rate() sees it: connections keep failing
+	// and nothing is read.
+	errs1, read1 := gatherSum(t, reg, "cdcapply_kafka_connect_errors_total"), gatherSum(t, reg, "cdcapply_kafka_read_bytes_total")
+	fresh1, ok1 := gaugeValue(t, reg, "cdcapply_table_freshness_seconds", map[string]string{"table": "orders"})
+	waitFor(t, "more failed connections", func() bool {
+		return gatherSum(t, reg, "cdcapply_kafka_connect_errors_total") > errs1
+	})
+	time.Sleep(1100 * time.Millisecond)
+	if read2 := gatherSum(t, reg, "cdcapply_kafka_read_bytes_total"); read2 != read1 {
+		t.Errorf("cdcapply_kafka_read_bytes_total rose from %v to %v with no broker", read1, read2)
+	}
+	fresh2, ok2 := gaugeValue(t, reg, "cdcapply_table_freshness_seconds", map[string]string{"table": "orders"})
+	if !ok1 || !ok2 || fresh2-fresh1 < 1 {
+		t.Errorf("freshness %v (%v) then %v (%v) over more than a second: it should grow while no record arrives", fresh1, ok1, fresh2, ok2)
+	}
+	// The group's heartbeats fail too, so the client gives the
+	// partitions up as lost: this instance no longer reports their lag
+	// (a new owner would).
+	lost := time.Now()
+	waitFor(t, "the lag series to go with the lost partitions", func() bool {
+		_, ok := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders"})
+		return !ok
+	})
+	t.Logf("lag series gone %v after the window", time.Since(lost).Round(time.Millisecond))
+	if h := e.Halted(); len(h) != 0 {
+		t.Errorf("tables halted by an unreachable broker: %v", h)
+	}
+}
+
+// TestStuckCommitIsVisible: the table's storage stops answering in the
+// middle of a log commit (a hung volume). While it hangs, the commit
+// stage shows in cdcapply_stage_in_progress_seconds, growing, no row is
+// written, and the lag follows the source (CdcapplyLagGrowing), also
+// past the backlog bound, where the loop fetches nothing: the wait asks
+// the brokers for end offsets. When the storage answers again the batch
+// commits, the series goes, the stage's histogram observes the whole
+// wait, and the table converges to the oracle.
+func TestStuckCommitIsVisible(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 5
+	h := &hangingStore{release: make(chan struct{}), entered: make(chan string, 1)}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore, e.watermarkEvery = h.wrap, 100*time.Millisecond }, WithMetrics(m))
+	released := false
+	defer func() {
+		if !released {
+			close(h.release) // the engine's shutdown waits for the commit
+		}
+		stop()
+	}()
+	table := dir + "/orders"
+	o := ordersOracle{}
+	p.change(1, 10, "c", "a")
+	o.apply(1, "c", "a")
+	waitRecorded(t, m, table, "orders", p.ends)
+	if _, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCommit}); ok {
+		t.Errorf("a commit stage in progress with no batch in flight")
+	}
+	rows0 := gatherSum(t, reg, "cdcapply_rows_written_total")
+
+	h.arm()
+	for i := 0; i < 30; i++ {
+		id, status := 2+i%7, fmt.Sprintf("s%d", i)
+		p.change(id, int64(20+i), "u", status)
+		o.apply(id, "u", status)
+	}
+	select {
+	case path := <-h.entered:
+		t.Logf("storage hangs on %s", path)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no log commit reached the storage")
+	}
+	waitFor(t, "the commit stage in progress for a second", func() bool {
+		v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCommit})
+		return ok && v >= 1
+	})
+	if got := gatherSum(t, reg, "cdcapply_rows_written_total"); got != rows0 {
+		t.Errorf("rows written rose from %v to %v while the commit hung", rows0, got)
+	}
+	lag, ok := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": "orders", "partition": "0"})
+	if !ok || lag < 5 {
+		t.Errorf("lag = %v (%v) while the commit hangs: want at least the batch in flight's 5 records", lag, ok)
+	}
+
+	// More records while it hangs, past the backlog bound (twice
+	// max_records): the lag must count every record after the table's
+	// position, the end offset less the one record committed.
+	for i := 0; i < 40; i++ {
+		id, status := 2+i%7, fmt.Sprintf("t%d", i)
+		p.change(id, int64(60+i), "u", status)
+		o.apply(id, "u", status)
+	}
+	want := float64(p.ends[0] - 1)
+	waitFor(t, fmt.Sprintf("the lag to reach %v while the commit hangs", want), func() bool {
+		v, _ := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": "orders", "partition": "0"})
+		return v == want
+	})
+
+	close(h.release)
+	released = true
+	waitRecorded(t, m, table, "orders", p.ends)
+	waitFor(t, "the stage series to go", func() bool {
+		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders"})
+		return !ok
+	})
+	hist := histogram(t, reg, "cdcapply_stage_duration_seconds", map[string]string{"table": "orders", "stage": stageCommit})
+	if sum := hist.GetSampleSum(); sum < 1 {
+		t.Errorf("the commit stage's observations sum to %v s, less than the second it hung", sum)
+	}
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle after the stuck commit:\n got %v\nwant %v", got, want)
+	}
+}
+
+// hangingStore wraps a table's storage; once armed, the next log commit
+// blocks until release is closed (or its context ends), after sending its
+// path on entered.
+type hangingStore struct {
+	mu      sync.Mutex
+	armed   bool
+	release chan struct{}
+	entered chan string
+}
+
+func (h *hangingStore) arm() {
+	h.mu.Lock()
+	h.armed = true
+	h.mu.Unlock()
+}
+
+func (h *hangingStore) wrap(inner storage.Storage) storage.Storage {
+	return hangingWrites{Storage: inner, h: h}
+}
+
+// hangingWrites is a Storage whose log commits may hang. It has none of
+// the optional interfaces (streamed writes, range reads): callers fall
+// back to whole writes and reads.
+type hangingWrites struct {
+	storage.Storage
+	h *hangingStore
+}
+
+func (s hangingWrites) WriteIfAbsent(ctx context.Context, p string, data []byte) error {
+	if logCommit.MatchString(p) {
+		s.h.mu.Lock()
+		hang := s.h.armed
+		s.h.armed = false
+		s.h.mu.Unlock()
+		if hang {
+			s.h.entered <- p
+			select {
+			case <-s.h.release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return s.Storage.WriteIfAbsent(ctx, p, data)
+}
+
+// gatherSum sums every series of the metric family name (0 when absent).
+func gatherSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			switch {
+			case mt.Counter != nil:
+				sum += mt.GetCounter().GetValue()
+			case mt.Gauge != nil:
+				sum += mt.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// gaugeValue returns the gauge name's value for the series whose labels
+// include labels, and whether there is one.
+func gaugeValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, mt := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return mt.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
