@@ -1534,15 +1534,17 @@ func (e *Engine) await(t *tableRun, f *inflight) {
 		case <-f.done:
 			return
 		case <-tick.C:
-			e.refreshWatermarks(t)
+			e.refreshWatermarks(t, f.done)
 		}
 	}
 }
 
 // refreshWatermarks asks the brokers for the end offsets of t's assigned
-// partitions and records them as high watermarks. A failure is logged at
-// debug level only: an unreachable broker has its own series.
-func (e *Engine) refreshWatermarks(t *tableRun) {
+// partitions and records them as high watermarks. It gives up when done
+// closes (the batch landed: the loop has better to do than wait for an
+// answer) or after watermarkEvery. A failure is logged at debug level
+// only: an unreachable broker has its own series.
+func (e *Engine) refreshWatermarks(t *tableRun, done <-chan struct{}) {
 	assigned := e.assignedOf(t)
 	if len(assigned) == 0 {
 		return
@@ -1553,6 +1555,13 @@ func (e *Engine) refreshWatermarks(t *tableRun) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.watermarkEvery)
 	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	listed, err := kadm.NewClient(e.client).ListEndOffsets(ctx, topics...)
 	if err != nil {
 		e.log.Debug("end offsets not listed while waiting for a commit", "table", t.cfg.Name, "err", err)

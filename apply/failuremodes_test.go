@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -358,4 +360,61 @@ func gaugeValue(t *testing.T, g prometheus.Gatherer, name string, labels map[str
 		}
 	}
 	return 0, false
+}
+
+// TestWatermarkRefreshGivesUpWhenTheBatchLands: the end-offset request a
+// long wait makes must not hold the loop once the batch it waits for has
+// landed, even when the brokers do not answer (here a listener that
+// accepts and never replies): the loop has the next batch to start.
+func TestWatermarkRefreshGivesUpWhenTheBatchLands(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var heldMu sync.Mutex
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			heldMu.Lock()
+			held = append(held, conn) // never answered
+			heldMu.Unlock()
+		}
+	}()
+	defer func() {
+		heldMu.Lock()
+		for _, conn := range held {
+			conn.Close()
+		}
+		heldMu.Unlock()
+	}()
+	addr := ln.Addr().String()
+	e, err := NewEngine(testConfig(t, []string{addr}, t.TempDir()), Logger(quietLogger()), WithMetrics(NewMetrics(prometheus.NewRegistry())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.client, err = kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.client.Close()
+	e.assigned["orders"] = map[int32]bool{0: true}
+	e.watermarkEvery = time.Minute
+	done := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { close(done) })
+	started := time.Now()
+	e.refreshWatermarks(e.tables[0], done)
+	if took := time.Since(started); took > 20*time.Second {
+		t.Errorf("the end-offset request held the loop %v after its batch landed (bound: a minute)", took)
+	}
+	heldMu.Lock()
+	n := len(held)
+	heldMu.Unlock()
+	if n == 0 {
+		t.Errorf("no connection reached the silent broker: the request was not made")
+	}
 }
