@@ -337,29 +337,8 @@ func gatherSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // include labels, and whether there is one.
 func gaugeValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, mt := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range mt.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			return mt.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
+	s := findSeries(t, g, name, labels)
+	return s.GetGauge().GetValue(), s != nil
 }
 
 // TestWatermarkRefreshGivesUpWhenTheBatchLands: the end-offset request a

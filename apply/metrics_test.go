@@ -289,6 +289,17 @@ func get(t *testing.T, url string) (int, string) {
 // histogram finds one histogram series by its labels.
 func histogram(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) *dto.Histogram {
 	t.Helper()
+	s := findSeries(t, g, name, labels)
+	if s == nil {
+		t.Fatalf("no %s series with %v", name, labels)
+	}
+	return s.GetHistogram()
+}
+
+// findSeries returns the first series of the metric family name whose
+// labels include labels, or nil.
+func findSeries(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -299,15 +310,18 @@ func histogram(t *testing.T, g prometheus.Gatherer, name string, labels map[stri
 		}
 	series:
 		for _, s := range mf.GetMetric() {
+			have := map[string]string{}
 			for _, lp := range s.GetLabel() {
-				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
 					continue series
 				}
 			}
-			return s.GetHistogram()
+			return s
 		}
 	}
-	t.Fatalf("no %s series with %v", name, labels)
 	return nil
 }
 
