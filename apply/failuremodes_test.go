@@ -185,8 +185,28 @@ func TestKafkaUnreachableIsVisible(t *testing.T) {
 // wait, and the table converges to the oracle.
 func TestStuckCommitIsVisible(t *testing.T) {
 	c, p := kfakeOrders(t)
+	stuckCommit(t, c.ListenAddrs(), p, "cdcapply-test")
+}
+
+// TestRealKafkaStuckCommitIsVisible is TestStuckCommitIsVisible against a
+// real Apache Kafka broker, whose end offsets the wait lists.
+func TestRealKafkaStuckCommitIsVisible(t *testing.T) {
+	brokers := realBrokers(t)
+	topic := realTopic(t, brokers, 1)
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	stuckCommit(t, brokers, &producer{t: t, cl: pcl, topic: topic, nparts: 1, ends: map[int32]int64{}}, topic+"-group")
+}
+
+// stuckCommit runs the stuck-commit case on the brokers, p producing to
+// a topic of one partition that the table reads in group.
+func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
+	topic := p.topic
 	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg := testConfigFor(t, brokers, dir, topic, group)
 	cfg.Tables[0].Flush.MaxRecords = 5
 	h := &hangingStore{release: make(chan struct{}), entered: make(chan string, 1)}
 	reg := prometheus.NewRegistry()
@@ -203,7 +223,7 @@ func TestStuckCommitIsVisible(t *testing.T) {
 	o := ordersOracle{}
 	p.change(1, 10, "c", "a")
 	o.apply(1, "c", "a")
-	waitRecorded(t, m, table, "orders", p.ends)
+	waitRecorded(t, m, table, topic, p.ends)
 	if _, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCommit}); ok {
 		t.Errorf("a commit stage in progress with no batch in flight")
 	}
@@ -228,7 +248,7 @@ func TestStuckCommitIsVisible(t *testing.T) {
 	if got := gatherSum(t, reg, "cdcapply_rows_written_total"); got != rows0 {
 		t.Errorf("rows written rose from %v to %v while the commit hung", rows0, got)
 	}
-	lag, ok := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": "orders", "partition": "0"})
+	lag, ok := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": topic, "partition": "0"})
 	if !ok || lag < 5 {
 		t.Errorf("lag = %v (%v) while the commit hangs: want at least the batch in flight's 5 records", lag, ok)
 	}
@@ -243,13 +263,13 @@ func TestStuckCommitIsVisible(t *testing.T) {
 	}
 	want := float64(p.ends[0] - 1)
 	waitFor(t, fmt.Sprintf("the lag to reach %v while the commit hangs", want), func() bool {
-		v, _ := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": "orders", "partition": "0"})
+		v, _ := gaugeValue(t, reg, "cdcapply_partition_lag_records", map[string]string{"table": "orders", "topic": topic, "partition": "0"})
 		return v == want
 	})
 
 	close(h.release)
 	released = true
-	waitRecorded(t, m, table, "orders", p.ends)
+	waitRecorded(t, m, table, topic, p.ends)
 	waitFor(t, "the stage series to go", func() bool {
 		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders"})
 		return !ok
