@@ -1638,8 +1638,11 @@ func (e *Engine) buildProgress(table string, every time.Duration) BuildProgress 
 }
 
 // reload brings a table's applier to the table's latest version for a
-// resync or a new assignment (TableApplier.Reload), saying what it did.
+// resync or a new assignment (TableApplier.Reload), saying what it did;
+// meanwhile the table is in stage open.
 func (e *Engine) reload(ctx context.Context, t *tableRun) error {
+	e.metrics.stageBegan(t.cfg.Name, stageOpen)
+	defer e.metrics.stageEnded(t.cfg.Name)
 	r, err := t.applier.Reload(ctx)
 	if err != nil {
 		return err
@@ -1681,8 +1684,6 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 		e.log.Warn("not resynced: shutting down; the table's positions are where a restart reads from", "table", t.cfg.Name)
 		return
 	}
-	e.metrics.stageBegan(t.cfg.Name, stageOpen)
-	defer e.metrics.stageEnded(t.cfg.Name)
 	if err := e.reload(ctx, t); err != nil {
 		e.halt(t, "open", err)
 		return

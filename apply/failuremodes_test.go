@@ -208,7 +208,7 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 	dir := t.TempDir()
 	cfg := testConfigFor(t, brokers, dir, topic, group)
 	cfg.Tables[0].Flush.MaxRecords = 5
-	h := &hangingStore{release: make(chan struct{}), entered: make(chan string, 1)}
+	h := newHangingStore()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore, e.watermarkEvery = h.wrap, 100*time.Millisecond }, WithMetrics(m))
@@ -283,14 +283,81 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 	}
 }
 
-// hangingStore wraps a table's storage; once armed, the next log commit
-// blocks until release is closed (or its context ends), after sending its
-// path on entered.
+// TestOpenStageIsVisible: on a restart the table's storage stops
+// answering while the engine lists the table's log (a hung mount). The
+// open stage shows in cdcapply_stage_in_progress_seconds, growing, until
+// the storage answers; then the series goes and the engine applies what
+// came meanwhile.
+func TestOpenStageIsVisible(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	table := dir + "/orders"
+	_, stop := startEngineWith(t, cfg)
+	p.change(1, 10, "c", "a")
+	waitPositions(t, table, "shop", "orders", p.ends)
+	stop()
+
+	h := newHangingStore()
+	h.hangOn = func(op storage.OpKind, path string) bool {
+		return op == storage.OpList && strings.Contains(path, "_delta_log")
+	}
+	h.arm()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	e, err := NewEngine(cfg, Logger(quietLogger()), WithMetrics(m), func(e *Engine) { e.wrapStore = h.wrap })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	released := false
+	defer func() {
+		if !released {
+			close(h.release)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case path := <-h.entered:
+		t.Logf("storage hangs listing %s", path)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine never listed the table's log")
+	}
+	waitFor(t, "the open stage in progress for half a second", func() bool {
+		v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageOpen})
+		return ok && v >= 0.5
+	})
+	close(h.release)
+	released = true
+	p.change(2, 11, "c", "b")
+	waitRecorded(t, m, table, "orders", p.ends)
+	waitFor(t, "the stage series to go", func() bool {
+		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders"})
+		return !ok
+	})
+	if got, want := readOrders(t, table), []string{"1 a false", "2 b false"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table after the hung open: got %v, want %v", got, want)
+	}
+}
+
+// hangingStore wraps a table's storage; once armed, the next operation
+// that hangOn matches (a log commit when nil) blocks until release is
+// closed (or its context ends), after sending its path on entered.
 type hangingStore struct {
 	mu      sync.Mutex
 	armed   bool
+	hangOn  func(op storage.OpKind, path string) bool
 	release chan struct{}
 	entered chan string
+}
+
+func newHangingStore() *hangingStore {
+	return &hangingStore{release: make(chan struct{}), entered: make(chan string, 1)}
 }
 
 func (h *hangingStore) arm() {
@@ -303,30 +370,50 @@ func (h *hangingStore) wrap(inner storage.Storage) storage.Storage {
 	return hangingWrites{Storage: inner, h: h}
 }
 
-// hangingWrites is a Storage whose log commits may hang. It has none of
-// the optional interfaces (streamed writes, range reads): callers fall
-// back to whole writes and reads.
+// hang blocks an armed operation that matches.
+func (h *hangingStore) hang(ctx context.Context, op storage.OpKind, path string) error {
+	h.mu.Lock()
+	match := op == storage.OpWriteIfAbsent && logCommit.MatchString(path)
+	if h.hangOn != nil {
+		match = h.hangOn(op, path)
+	}
+	hang := h.armed && match
+	if hang {
+		h.armed = false
+	}
+	h.mu.Unlock()
+	if !hang {
+		return nil
+	}
+	h.entered <- path
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hangingWrites is a Storage whose log commits, lists or reads may hang.
+// It has none of the optional interfaces (streamed writes, range reads):
+// callers fall back to whole writes and reads.
 type hangingWrites struct {
 	storage.Storage
 	h *hangingStore
 }
 
 func (s hangingWrites) WriteIfAbsent(ctx context.Context, p string, data []byte) error {
-	if logCommit.MatchString(p) {
-		s.h.mu.Lock()
-		hang := s.h.armed
-		s.h.armed = false
-		s.h.mu.Unlock()
-		if hang {
-			s.h.entered <- p
-			select {
-			case <-s.h.release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	if err := s.h.hang(ctx, storage.OpWriteIfAbsent, p); err != nil {
+		return err
 	}
 	return s.Storage.WriteIfAbsent(ctx, p, data)
+}
+
+func (s hangingWrites) List(ctx context.Context, dir string) ([]storage.FileInfo, error) {
+	if err := s.h.hang(ctx, storage.OpList, dir); err != nil {
+		return nil, err
+	}
+	return s.Storage.List(ctx, dir)
 }
 
 // gatherSum sums every series of the metric family name (0 when absent).

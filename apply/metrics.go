@@ -76,7 +76,8 @@ const (
 	// of their commit spent writing the log checkpoint and cleaning up.
 	stageCheckpoint = "checkpoint"
 	// stageOpen is shown in progress only (never observed): the table's
-	// log read and key index built, at start and on a resync.
+	// log read and key index built or caught up, at start, on a resync and
+	// on a new assignment.
 	stageOpen = "open"
 )
 
@@ -131,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
 		inProgress: prometheus.NewDesc("cdcapply_stage_in_progress_seconds",
-			"How long the table has been in the stage it is in now (open: the log read and the key index built, at start or after a failure; then a batch's refresh, quarantine, plan, commit); present only while the table is in one. cdcapply_stage_duration_seconds is observed when a stage ends, so a stage that hangs (storage that does not answer) shows here only.",
+			"How long the table has been in the stage it is in now (open: the log read and the key index built or caught up, at start, after a failure or on a new assignment; then a batch's refresh, quarantine, plan, commit); present only while the table is in one. cdcapply_stage_duration_seconds is observed when a stage ends, so a stage that hangs (storage that does not answer) shows here only.",
 			[]string{"table", "stage"}, nil),
 		kafka:     kprom.NewMetrics("cdcapply_kafka", kprom.Registerer(reg)),
 		hwm:       map[checkpoint.TopicPartition]int64{},
