@@ -235,16 +235,7 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 		p.change(id, int64(20+i), "u", status)
 		o.apply(id, "u", status)
 	}
-	select {
-	case path := <-h.entered:
-		t.Logf("storage hangs on %s", path)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no log commit reached the storage")
-	}
-	waitFor(t, "the commit stage in progress for a second", func() bool {
-		v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCommit})
-		return ok && v >= 1
-	})
+	h.waitHung(t, reg, stageCommit, time.Second)
 	if got := gatherSum(t, reg, "cdcapply_rows_written_total"); got != rows0 {
 		t.Errorf("rows written rose from %v to %v while the commit hung", rows0, got)
 	}
@@ -322,16 +313,7 @@ func TestOpenStageIsVisible(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	select {
-	case path := <-h.entered:
-		t.Logf("storage hangs listing %s", path)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the engine never listed the table's log")
-	}
-	waitFor(t, "the open stage in progress for half a second", func() bool {
-		v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageOpen})
-		return ok && v >= 0.5
-	})
+	h.waitHung(t, reg, stageOpen, 500*time.Millisecond)
 	close(h.release)
 	released = true
 	p.change(2, 11, "c", "b")
@@ -368,6 +350,23 @@ func (h *hangingStore) arm() {
 
 func (h *hangingStore) wrap(inner storage.Storage) storage.Storage {
 	return hangingWrites{Storage: inner, h: h}
+}
+
+// waitHung waits for the armed operation to hang, then for the orders
+// table's cdcapply_stage_in_progress_seconds to show stage for at least
+// d.
+func (h *hangingStore) waitHung(t *testing.T, g prometheus.Gatherer, stage string, d time.Duration) {
+	t.Helper()
+	select {
+	case path := <-h.entered:
+		t.Logf("storage hangs on %s", path)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the operation to hang never reached the storage")
+	}
+	waitFor(t, fmt.Sprintf("stage %s in progress for %v", stage, d), func() bool {
+		v, ok := gaugeValue(t, g, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stage})
+		return ok && v >= d.Seconds()
+	})
 }
 
 // hang blocks an armed operation that matches.
