@@ -373,9 +373,12 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	}
 	// Log checkpoints are written beside the next batches, off the
 	// commit's path: at 10M keys in merge-on-read one held a week's
-	// tombstones and took seconds on every tenth commit.
+	// tombstones and took seconds on every tenth commit. One in progress
+	// shows as stage checkpoint until its outcome comes.
 	done := func(o delta.CheckpointOutcome) { e.checkpointDone(t, o) }
-	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store, delta.BackgroundCheckpoints(done)), newFiles, tc.KeyColumns, e.clock)
+	began := func(int64) { e.metrics.checkpointBegan(tc.Name) }
+	t.applier = NewTableApplier(tc.Name, e.cfg.Pipeline.ID, delta.Open(t.store, delta.BackgroundCheckpoints(done), delta.CheckpointStartHandler(began)),
+		newFiles, tc.KeyColumns, e.clock)
 	t.applier.checkpointDone = done
 	t.applier.onStage = func(stage string) { e.metrics.stageBegan(tc.Name, stage) }
 	t.applier.SetBuildProgress(e.buildProgress(tc.Name, buildProgressEvery))

@@ -327,6 +327,74 @@ func TestOpenStageIsVisible(t *testing.T) {
 	}
 }
 
+// TestStuckCheckpointIsVisible: the table's storage stops answering
+// while a log checkpoint is written (it runs beside the batches). The
+// checkpoint shows in cdcapply_stage_in_progress_seconds, growing, while
+// batches go on committing beside it and the table follows the source;
+// when the storage answers, the checkpoint lands, its series goes and its
+// histogram observes the whole wait.
+func TestStuckCheckpointIsVisible(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 5
+	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
+	h := newHangingStore()
+	h.hangOn = func(op storage.OpKind, path string) bool {
+		return op == storage.OpWriteIfAbsent && strings.HasSuffix(path, ".checkpoint.parquet")
+	}
+	h.arm()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore = h.wrap }, WithMetrics(m))
+	released := false
+	defer func() {
+		if !released {
+			close(h.release) // the engine's shutdown waits for the checkpoint
+		}
+		stop()
+	}()
+	table := dir + "/orders"
+	o := ordersOracle{}
+	batch := func(from int) {
+		for i := from; i < from+20; i++ {
+			id, status := 1+i%7, fmt.Sprintf("s%d", i)
+			p.change(id, int64(100+i), "u", status)
+			o.apply(id, "u", status)
+		}
+	}
+	batch(0)
+	h.waitHung(t, reg, stageCheckpoint, time.Second)
+
+	// Batches still land beside the hung checkpoint, and so does what
+	// comes after it: the table is current while its checkpoint hangs.
+	batch(20)
+	snap := waitRecorded(t, m, table, "orders", p.ends)
+	if snap.CheckpointVersion() >= 0 {
+		t.Errorf("the table has checkpoint version %d while its only checkpoint write hangs", snap.CheckpointVersion())
+	}
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle while its checkpoint hangs:\n got %v\nwant %v", got, want)
+	}
+	if v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCheckpoint}); !ok || v < 1 {
+		t.Errorf("checkpoint in progress %v s (%v) after the batches beside it landed: want it still shown, past a second", v, ok)
+	}
+
+	close(h.release)
+	released = true
+	waitFor(t, "the checkpoint's series to go", func() bool {
+		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCheckpoint})
+		return !ok
+	})
+	hist := histogram(t, reg, "cdcapply_stage_duration_seconds", map[string]string{"table": "orders", "stage": stageCheckpoint})
+	if sum := hist.GetSampleSum(); sum < 1 {
+		t.Errorf("the checkpoint stage's observations sum to %v s, less than the second it hung", sum)
+	}
+	if got := gatherSum(t, reg, "cdcapply_checkpoint_failures_total"); got != 0 {
+		t.Errorf("%v checkpoint failures: the hung checkpoint landed once released", got)
+	}
+}
+
 // hangingStore wraps a table's storage; once armed, the next operation
 // that hangOn matches (a log commit when nil) blocks until release is
 // closed (or its context ends), after sending its path on entered.

@@ -46,7 +46,7 @@ type Metrics struct {
 
 	kafka *kprom.Metrics
 
-	mu sync.Mutex // guards hwm, pos, owner, freshAsOf and busy
+	mu sync.Mutex // guards hwm, pos, owner, freshAsOf, busy and checkpointing
 	// hwm is the latest high watermark seen per partition in a fetch.
 	hwm map[checkpoint.TopicPartition]int64
 	// pos is the table's next offset to apply per partition.
@@ -57,6 +57,9 @@ type Metrics struct {
 	freshAsOf map[string]time.Time
 	// busy is the stage each table's batch is in now, and since when.
 	busy map[string]busyStage
+	// checkpointing is when each table's background log checkpoint
+	// started, while one runs (beside the batches' stages).
+	checkpointing map[string]time.Time
 }
 
 // busyStage is a stage under way: cdcapply_stage_in_progress_seconds.
@@ -72,8 +75,9 @@ const (
 	stageQuarantine = "quarantine" // write the batch's rejected records
 	stagePlan       = "plan"       // reduce, plan against the key index, write data files
 	stageCommit     = "commit"     // the one Delta log commit
-	// stageCheckpoint is observed on checkpoint versions only: the part
-	// of their commit spent writing the log checkpoint and cleaning up.
+	// stageCheckpoint is a log checkpoint and the log cleanup after it,
+	// observed as each ends; it runs beside the batches, so it can be in
+	// progress while a batch is in another stage.
 	stageCheckpoint = "checkpoint"
 	// stageOpen is shown in progress only (never observed): the table's
 	// log read and key index built or caught up, at start, on a resync and
@@ -97,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Kafka records per committed batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}, table),
 		stageSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cdcapply_stage_duration_seconds",
-			Help:    "Time per committed batch spent in each stage (decode, refresh, quarantine, plan, commit); checkpoint, observed on checkpoint versions only, is the part of their commit spent writing the log checkpoint.",
+			Help:    "Time per committed batch spent in each stage (decode, refresh, quarantine, plan, commit); checkpoint is observed once per log checkpoint (written beside the batches after a checkpoint version's commit) and its log cleanup.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"table", "stage"}),
 		version: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_version",
 			Help: "Delta version of the table's latest commit by this engine."}, table),
@@ -132,7 +136,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
 		inProgress: prometheus.NewDesc("cdcapply_stage_in_progress_seconds",
-			"How long the table has been in the stage it is in now (open: the log read and the key index built or caught up, at start, after a failure or on a new assignment; then a batch's refresh, quarantine, plan, commit); present only while the table is in one. cdcapply_stage_duration_seconds is observed when a stage ends, so a stage that hangs (storage that does not answer) shows here only.",
+			"How long the table has been in the stage it is in now (open: the log read and the key index built or caught up, at start, after a failure or on a new assignment; then a batch's refresh, quarantine, plan, commit), and in a log checkpoint written beside the batches (checkpoint); present only while the table is in one. cdcapply_stage_duration_seconds is observed when a stage ends, so a stage that hangs (storage that does not answer) shows here only.",
 			[]string{"table", "stage"}, nil),
 		kafka:     kprom.NewMetrics("cdcapply_kafka", kprom.Registerer(reg)),
 		hwm:       map[checkpoint.TopicPartition]int64{},
@@ -140,6 +144,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		owner:     map[checkpoint.TopicPartition]string{},
 		freshAsOf: map[string]time.Time{},
 		busy:      map[string]busyStage{},
+
+		checkpointing: map[string]time.Time{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
@@ -171,6 +177,9 @@ func (c freshnessCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for table, b := range c.m.busy {
 		ch <- prometheus.MustNewConstMetric(c.m.inProgress, prometheus.GaugeValue, now.Sub(b.since).Seconds(), table, b.stage)
+	}
+	for table, since := range c.m.checkpointing {
+		ch <- prometheus.MustNewConstMetric(c.m.inProgress, prometheus.GaugeValue, now.Sub(since).Seconds(), table, stageCheckpoint)
 	}
 }
 
@@ -335,12 +344,25 @@ type batchDone struct {
 	horizon     *tombstone.Horizon
 }
 
+// checkpointBegan notes that table's background log checkpoint started.
+func (m *Metrics) checkpointBegan(table string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.checkpointing[table] = m.now()
+	m.mu.Unlock()
+}
+
 // checkpointed records a log checkpoint's outcome: its time as the
-// checkpoint stage, and its failure.
+// checkpoint stage, which is no longer in progress, and its failure.
 func (m *Metrics) checkpointed(table string, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	delete(m.checkpointing, table)
+	m.mu.Unlock()
 	m.stageSeconds.WithLabelValues(table, stageCheckpoint).Observe(took.Seconds())
 	if err != nil {
 		m.ckptFailed.WithLabelValues(table).Inc()

@@ -70,7 +70,7 @@ func (b *bgCheckpoints) takeWritten() *writtenCheckpoint {
 
 // start runs write in the background unless a checkpoint is running
 // already (false).
-func (b *bgCheckpoints) start(version int64, write func() error) bool {
+func (b *bgCheckpoints) start(version int64, began func(int64), write func() error) bool {
 	b.mu.Lock()
 	if b.running {
 		b.mu.Unlock()
@@ -81,6 +81,9 @@ func (b *bgCheckpoints) start(version int64, write func() error) bool {
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
+		if began != nil {
+			began(version)
+		}
 		started := time.Now()
 		err := write()
 		out := CheckpointOutcome{Version: version, Took: time.Since(started), Err: err}
@@ -112,7 +115,7 @@ func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapsho
 	t := tx.table
 	loc := t.Location()
 	bctx := context.WithoutCancel(ctx)
-	return t.opts.background.start(snap.Version, func() error {
+	return t.opts.background.start(snap.Version, t.opts.checkpointStart, func() error {
 		path, removes, err := t.writeCheckpointOf(bctx, snap, cutoff)
 		if err != nil {
 			err = fmt.Errorf("checkpoint version %d of table %s: %w", snap.Version, loc, err)

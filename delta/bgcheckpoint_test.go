@@ -3,6 +3,7 @@ package delta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -29,16 +30,25 @@ func (h *heldCheckpoints) WriteIfAbsent(ctx context.Context, path string, data [
 // version's commit returns while its checkpoint is still being written,
 // the commits after it go on meanwhile, a checkpoint version reached
 // while it runs is skipped, and once released the checkpoint lands
-// (readers start from it) with its outcome handed over.
+// (readers start from it) with its outcome handed over. Each checkpoint's
+// start is reported (CheckpointStartHandler) before its write, so while
+// it is held, and before its outcome.
 func TestBackgroundCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	held := &heldCheckpoints{Storage: storage.NewLocal(t.TempDir()), release: make(chan struct{}), started: make(chan string, 8)}
 	var mu sync.Mutex
 	var outcomes []CheckpointOutcome
+	var events []string // "start N" and "end N", in the order reported
 	tbl, snap := createTable(t, held, map[string]string{"delta.checkpointInterval": "2"},
 		BackgroundCheckpoints(func(o CheckpointOutcome) {
 			mu.Lock()
 			outcomes = append(outcomes, o)
+			events = append(events, fmt.Sprintf("end %d", o.Version))
+			mu.Unlock()
+		}),
+		CheckpointStartHandler(func(v int64) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("start %d", v))
 			mu.Unlock()
 		}))
 	commit := func(i int) *Committed {
@@ -69,10 +79,13 @@ func TestBackgroundCheckpoint(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	early := len(outcomes)
+	early, reported := len(outcomes), fmt.Sprint(events)
 	mu.Unlock()
 	if early != 0 {
 		t.Fatalf("%d outcomes while the checkpoint was held", early)
+	}
+	if reported != "[start 2]" {
+		t.Fatalf("reported %s while version 2's checkpoint was held, want [start 2]", reported)
 	}
 	if _, err := held.Read(ctx, ckptClassicPath(2)); err == nil {
 		t.Fatal("version 2's checkpoint exists while its write is held")
@@ -98,6 +111,9 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	tbl.WaitCheckpoints()
 	if len(outcomes) != 2 || outcomes[1].Version != 6 || outcomes[1].Err != nil {
 		t.Fatalf("outcomes %+v, want version 6's second", outcomes)
+	}
+	if got, want := fmt.Sprint(events), "[start 2 end 2 start 6 end 6]"; got != want {
+		t.Fatalf("reported %s, want %s", got, want)
 	}
 }
 

@@ -35,6 +35,7 @@ type options struct {
 	engineInfo      string
 	clock           func() time.Time
 	checkpointError func(version int64, err error)
+	checkpointStart func(version int64)
 	background      *bgCheckpoints // nil: checkpoints on the commit's path
 }
 
@@ -55,6 +56,16 @@ func Clock(now func() time.Time) Option { return func(o *options) { o.clock = no
 // BackgroundCheckpoints in the outcome.
 func CheckpointErrorHandler(f func(version int64, err error)) Option {
 	return func(o *options) { o.checkpointError = f }
+}
+
+// CheckpointStartHandler is called as a log checkpoint written in the
+// background (BackgroundCheckpoints) starts, on the goroutine that writes
+// it, before anything is written; its outcome follows, on the same
+// goroutine, once it ends. With both, a caller can show a checkpoint in
+// progress for as long as it runs, a hung one too. A checkpoint written
+// on the commit's path is part of the commit and is not reported here.
+func CheckpointStartHandler(f func(version int64)) Option {
+	return func(o *options) { o.checkpointStart = f }
 }
 
 // Open returns the table at store's location. It does no I/O: a missing
