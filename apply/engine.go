@@ -80,6 +80,10 @@ type Engine struct {
 	// to land, asks the brokers for the end offsets of the table's
 	// partitions (watermarkInterval; tests shorten it).
 	watermarkEvery time.Duration
+	// checkpointWait bounds how long a shutdown waits for the log
+	// checkpoints still being written (checkpointShutdownWait; tests
+	// shorten it).
+	checkpointWait time.Duration
 
 	// haltMu guards haltedView, the copy of the tables' halts that Halted
 	// reads from other goroutines (tableRun.halted is the loop's own).
@@ -300,7 +304,8 @@ func (b *tableBuffer) reset() {
 
 // NewEngine builds an engine for a validated configuration.
 func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
-	e := &Engine{cfg: cfg, log: slog.Default(), clock: time.Now, assigned: map[string]map[int32]bool{}, watermarkEvery: watermarkInterval}
+	e := &Engine{cfg: cfg, log: slog.Default(), clock: time.Now, assigned: map[string]map[int32]bool{}, watermarkEvery: watermarkInterval,
+		checkpointWait: checkpointShutdownWait}
 	for _, o := range opts {
 		o(e)
 	}
@@ -704,13 +709,26 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	// A log checkpoint still being written is finished, its outcome
-	// reported: stopping it half-way would only waste it.
+	// reported: stopping it half-way would only waste it. One that does
+	// not finish in checkpointWait (storage that stopped answering) is
+	// left: the commits stand, and a checkpoint is written whole or not
+	// at all, so readers replay the log from the previous one.
+	cctx, ccancel := context.WithTimeout(context.Background(), e.checkpointWait)
+	defer ccancel()
 	for _, t := range e.tables {
-		t.applier.table.WaitCheckpoints()
+		if v, finished := t.applier.table.WaitCheckpointsUntil(cctx); !finished {
+			e.log.Warn("log checkpoint still being written at shutdown; left unfinished (the commits stand, readers replay the log from the previous checkpoint)",
+				"table", t.cfg.Name, "location", t.cfg.Location, "version", v, "waited", e.checkpointWait)
+		}
 	}
 	cl.AllowRebalance()
 	return nil
 }
+
+// checkpointShutdownWait bounds a shutdown's wait for the log checkpoints
+// still being written, after the 30 s its batches may take: within the
+// 60 s stop timeouts of deploy/ (systemd, Kubernetes).
+const checkpointShutdownWait = 20 * time.Second
 
 // A batch of at least idleFlushRecords changes is flushed when the stream
 // pauses, a poll finding nothing for idleFlushWait, instead of waiting out

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
@@ -395,15 +397,105 @@ func TestStuckCheckpointIsVisible(t *testing.T) {
 	}
 }
 
+// TestShutdownLeavesAHungCheckpoint: the engine is stopped while a log
+// checkpoint hangs on its storage. The shutdown waits for it no longer
+// than its bound, logs the checkpoint it left with the table and
+// version, and returns; the commits stand (the table equals the oracle
+// with no checkpoint), and a new engine on the same table goes on from
+// them. Before the bound, the shutdown waited as long as the storage
+// hung.
+func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 5
+	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
+	h := newHangingStore()
+	h.hangOn = func(op storage.OpKind, path string) bool {
+		return op == storage.OpWriteIfAbsent && strings.HasSuffix(path, ".checkpoint.parquet")
+	}
+	h.arm()
+	var log syncBuffer
+	e, err := NewEngine(cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))), func(e *Engine) {
+		e.wrapStore, e.checkpointWait = h.wrap, 200*time.Millisecond
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	table := dir + "/orders"
+	o := ordersOracle{}
+	for i := 0; i < 20; i++ {
+		id, status := 1+i%7, fmt.Sprintf("s%d", i)
+		p.change(id, int64(100+i), "u", status)
+		o.apply(id, "u", status)
+	}
+	select {
+	case path := <-h.entered:
+		t.Logf("storage hangs on %s", path)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint write reached the storage")
+	}
+	waitPositions(t, table, "shop", "orders", p.ends)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(h.release)
+		t.Fatal("the engine did not stop while its log checkpoint hung")
+	}
+	if !strings.Contains(log.String(), "log checkpoint still being written at shutdown") ||
+		!strings.Contains(log.String(), "table=orders") || !strings.Contains(log.String(), "version=2 ") {
+		t.Errorf("no warning naming the table and the checkpoint's version left at shutdown:\n%s", log.String())
+	}
+	// The abandoned checkpoint fails when the storage answers, as it
+	// would be lost with the process, and writes nothing.
+	h.releaseErr = errors.New("the process is gone")
+	close(h.release)
+	waitFor(t, "the abandoned checkpoint's outcome", func() bool { return strings.Contains(log.String(), "log checkpoint failed") })
+
+	snap, err := delta.Open(storage.NewLocal(table)).Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.CheckpointVersion() >= 0 {
+		t.Errorf("checkpoint version %d, want none: the only checkpoint was abandoned", snap.CheckpointVersion())
+	}
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle after the shutdown:\n got %v\nwant %v", got, want)
+	}
+
+	// A new engine replays the log and goes on.
+	_, stop := startEngineWith(t, cfg)
+	defer stop()
+	for i := 20; i < 30; i++ {
+		id, status := 1+i%7, fmt.Sprintf("s%d", i)
+		p.change(id, int64(100+i), "u", status)
+		o.apply(id, "u", status)
+	}
+	waitPositions(t, table, "shop", "orders", p.ends)
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle after the restart:\n got %v\nwant %v", got, want)
+	}
+}
+
 // hangingStore wraps a table's storage; once armed, the next operation
 // that hangOn matches (a log commit when nil) blocks until release is
-// closed (or its context ends), after sending its path on entered.
+// closed (or its context ends), after sending its path on entered; it
+// then fails with releaseErr if set (before release is closed).
 type hangingStore struct {
-	mu      sync.Mutex
-	armed   bool
-	hangOn  func(op storage.OpKind, path string) bool
-	release chan struct{}
-	entered chan string
+	mu         sync.Mutex
+	armed      bool
+	hangOn     func(op storage.OpKind, path string) bool
+	release    chan struct{}
+	releaseErr error
+	entered    chan string
 }
 
 func newHangingStore() *hangingStore {
@@ -455,7 +547,7 @@ func (h *hangingStore) hang(ctx context.Context, op storage.OpKind, path string)
 	h.entered <- path
 	select {
 	case <-h.release:
-		return nil
+		return h.releaseErr
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -36,6 +36,7 @@ type bgCheckpoints struct {
 	done    func(CheckpointOutcome)
 	mu      sync.Mutex
 	running bool
+	version int64 // the running checkpoint's version
 	wg      sync.WaitGroup
 	// written is the last checkpoint written and not yet taken by a
 	// commit, which rebases its snapshot on it (Snapshot.rebased).
@@ -76,7 +77,7 @@ func (b *bgCheckpoints) start(version int64, began func(int64), write func() err
 		b.mu.Unlock()
 		return false
 	}
-	b.running = true
+	b.running, b.version = true, version
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
@@ -105,6 +106,32 @@ func (t *Table) WaitCheckpoints() {
 	if b := t.opts.background; b != nil {
 		b.wg.Wait()
 	}
+}
+
+// WaitCheckpointsUntil is WaitCheckpoints bounded by ctx: it reports true
+// once no background checkpoint runs, or false with the running
+// checkpoint's version when ctx ends first. That checkpoint goes on; if
+// the process exits meanwhile it is lost whole (it is written whole or
+// not at all) and readers replay the log from the previous one.
+func (t *Table) WaitCheckpointsUntil(ctx context.Context) (version int64, finished bool) {
+	b := t.opts.background
+	if b == nil {
+		return 0, true
+	}
+	waited := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		return 0, true
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Not running any more: its outcome has been handed over.
+	return b.version, !b.running
 }
 
 // checkpointInBackground starts version's checkpoint of snap with

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
 )
@@ -87,11 +88,20 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	if reported != "[start 2]" {
 		t.Fatalf("reported %s while version 2's checkpoint was held, want [start 2]", reported)
 	}
+	// A bounded wait gives up on the held checkpoint and names it.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	v, finished := tbl.WaitCheckpointsUntil(wctx)
+	cancel()
+	if finished || v != 2 {
+		t.Fatalf("WaitCheckpointsUntil while version 2's checkpoint is held = %d, %v; want 2, false", v, finished)
+	}
 	if _, err := held.Read(ctx, ckptClassicPath(2)); err == nil {
 		t.Fatal("version 2's checkpoint exists while its write is held")
 	}
 	close(held.release)
-	tbl.WaitCheckpoints()
+	if _, finished := tbl.WaitCheckpointsUntil(ctx); !finished {
+		t.Fatal("WaitCheckpointsUntil without a deadline returned before the released checkpoint finished")
+	}
 	if len(outcomes) != 1 || outcomes[0].Version != 2 || outcomes[0].Err != nil || outcomes[0].Took <= 0 {
 		t.Fatalf("outcomes %+v, want version 2's, without error", outcomes)
 	}
