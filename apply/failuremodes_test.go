@@ -214,11 +214,8 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore, e.watermarkEvery = h.wrap, 100*time.Millisecond }, WithMetrics(m))
-	released := false
 	defer func() {
-		if !released {
-			close(h.release) // the engine's shutdown waits for the commit
-		}
+		h.free() // the engine's shutdown waits for the commit
 		stop()
 	}()
 	table := dir + "/orders"
@@ -260,8 +257,7 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 		return v == want
 	})
 
-	close(h.release)
-	released = true
+	h.free()
 	waitRecorded(t, m, table, topic, p.ends)
 	waitFor(t, "the stage series to go", func() bool {
 		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders"})
@@ -305,19 +301,15 @@ func TestOpenStageIsVisible(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	released := false
 	defer func() {
-		if !released {
-			close(h.release)
-		}
+		h.free()
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 	}()
 	h.waitHung(t, reg, stageOpen, 500*time.Millisecond)
-	close(h.release)
-	released = true
+	h.free()
 	p.change(2, 11, "c", "b")
 	waitRecorded(t, m, table, "orders", p.ends)
 	waitFor(t, "the stage series to go", func() bool {
@@ -336,41 +328,22 @@ func TestOpenStageIsVisible(t *testing.T) {
 // when the storage answers, the checkpoint lands, its series goes and its
 // histogram observes the whole wait.
 func TestStuckCheckpointIsVisible(t *testing.T) {
-	c, p := kfakeOrders(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 5
-	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
-	h := newHangingStore()
-	h.hangOn = func(op storage.OpKind, path string) bool {
-		return op == storage.OpWriteIfAbsent && strings.HasSuffix(path, ".checkpoint.parquet")
-	}
-	h.arm()
+	p, dir, cfg, h := checkpointHangs(t)
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	_, stop := startEngineWith(t, cfg, func(e *Engine) { e.wrapStore = h.wrap }, WithMetrics(m))
-	released := false
 	defer func() {
-		if !released {
-			close(h.release) // the engine's shutdown waits for the checkpoint
-		}
+		h.free() // the engine's shutdown waits for the checkpoint
 		stop()
 	}()
 	table := dir + "/orders"
 	o := ordersOracle{}
-	batch := func(from int) {
-		for i := from; i < from+20; i++ {
-			id, status := 1+i%7, fmt.Sprintf("s%d", i)
-			p.change(id, int64(100+i), "u", status)
-			o.apply(id, "u", status)
-		}
-	}
-	batch(0)
+	updates(p, o, 0, 20)
 	h.waitHung(t, reg, stageCheckpoint, time.Second)
 
 	// Batches still land beside the hung checkpoint, and so does what
 	// comes after it: the table is current while its checkpoint hangs.
-	batch(20)
+	updates(p, o, 20, 40)
 	snap := waitRecorded(t, m, table, "orders", p.ends)
 	if snap.CheckpointVersion() >= 0 {
 		t.Errorf("the table has checkpoint version %d while its only checkpoint write hangs", snap.CheckpointVersion())
@@ -382,8 +355,7 @@ func TestStuckCheckpointIsVisible(t *testing.T) {
 		t.Errorf("checkpoint in progress %v s (%v) after the batches beside it landed: want it still shown, past a second", v, ok)
 	}
 
-	close(h.release)
-	released = true
+	h.free()
 	waitFor(t, "the checkpoint's series to go", func() bool {
 		_, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCheckpoint})
 		return !ok
@@ -405,16 +377,7 @@ func TestStuckCheckpointIsVisible(t *testing.T) {
 // them. Before the bound, the shutdown waited as long as the storage
 // hung.
 func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
-	c, p := kfakeOrders(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	cfg.Tables[0].Flush.MaxRecords = 5
-	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
-	h := newHangingStore()
-	h.hangOn = func(op storage.OpKind, path string) bool {
-		return op == storage.OpWriteIfAbsent && strings.HasSuffix(path, ".checkpoint.parquet")
-	}
-	h.arm()
+	p, dir, cfg, h := checkpointHangs(t)
 	var log syncBuffer
 	e, err := NewEngine(cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))), func(e *Engine) {
 		e.wrapStore, e.checkpointWait = h.wrap, 200*time.Millisecond
@@ -428,11 +391,7 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	go func() { done <- e.Run(ctx) }()
 	table := dir + "/orders"
 	o := ordersOracle{}
-	for i := 0; i < 20; i++ {
-		id, status := 1+i%7, fmt.Sprintf("s%d", i)
-		p.change(id, int64(100+i), "u", status)
-		o.apply(id, "u", status)
-	}
+	updates(p, o, 0, 20)
 	select {
 	case path := <-h.entered:
 		t.Logf("storage hangs on %s", path)
@@ -447,7 +406,7 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(30 * time.Second):
-		close(h.release)
+		h.free()
 		t.Fatal("the engine did not stop while its log checkpoint hung")
 	}
 	if !strings.Contains(log.String(), "log checkpoint still being written at shutdown") ||
@@ -457,7 +416,7 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	// The abandoned checkpoint fails when the storage answers, as it
 	// would be lost with the process, and writes nothing.
 	h.releaseErr = errors.New("the process is gone")
-	close(h.release)
+	h.free()
 	waitFor(t, "the abandoned checkpoint's outcome", func() bool { return strings.Contains(log.String(), "log checkpoint failed") })
 
 	snap, err := delta.Open(storage.NewLocal(table)).Snapshot(context.Background())
@@ -474,14 +433,38 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	// A new engine replays the log and goes on.
 	_, stop := startEngineWith(t, cfg)
 	defer stop()
-	for i := 20; i < 30; i++ {
-		id, status := 1+i%7, fmt.Sprintf("s%d", i)
-		p.change(id, int64(100+i), "u", status)
-		o.apply(id, "u", status)
-	}
+	updates(p, o, 20, 30)
 	waitPositions(t, table, "shop", "orders", p.ends)
 	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("table differs from the oracle after the restart:\n got %v\nwant %v", got, want)
+	}
+}
+
+// checkpointHangs sets up the orders table with a log checkpoint every
+// second version and five changes a batch, over storage whose first
+// checkpoint write hangs (h armed).
+func checkpointHangs(t *testing.T) (p *producer, dir string, cfg *Config, h *hangingStore) {
+	t.Helper()
+	c, p := kfakeOrders(t)
+	dir = t.TempDir()
+	cfg = testConfig(t, c.ListenAddrs(), dir)
+	cfg.Tables[0].Flush.MaxRecords = 5
+	cfg.Tables[0].TableProperties = map[string]string{"delta.checkpointInterval": "2"}
+	h = newHangingStore()
+	h.hangOn = func(op storage.OpKind, path string) bool {
+		return op == storage.OpWriteIfAbsent && strings.HasSuffix(path, ".checkpoint.parquet")
+	}
+	h.arm()
+	return p, dir, cfg, h
+}
+
+// updates produces updates number from to to-1 (to seven keys) and
+// applies them to o.
+func updates(p *producer, o ordersOracle, from, to int) {
+	for i := from; i < to; i++ {
+		id, status := 1+i%7, fmt.Sprintf("s%d", i)
+		p.change(id, int64(100+i), "u", status)
+		o.apply(id, "u", status)
 	}
 }
 
@@ -490,6 +473,7 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 // closed (or its context ends), after sending its path on entered; it
 // then fails with releaseErr if set (before release is closed).
 type hangingStore struct {
+	once       sync.Once // closes release
 	mu         sync.Mutex
 	armed      bool
 	hangOn     func(op storage.OpKind, path string) bool
@@ -501,6 +485,9 @@ type hangingStore struct {
 func newHangingStore() *hangingStore {
 	return &hangingStore{release: make(chan struct{}), entered: make(chan string, 1)}
 }
+
+// free lets the hung operation go on (any later call does nothing).
+func (h *hangingStore) free() { h.once.Do(func() { close(h.release) }) }
 
 func (h *hangingStore) arm() {
 	h.mu.Lock()
