@@ -131,6 +131,10 @@ func (s *Snapshot) Domains() map[string]DomainMetadata {
 // replayed from, or -1.
 func (s *Snapshot) CheckpointVersion() int64 { return s.checkpointVersion }
 
+// CheckpointInterval is the table's delta.checkpointInterval: a log
+// checkpoint is written at every version it divides (10 unless set).
+func (s *Snapshot) CheckpointInterval() int64 { return checkpointInterval(s.Metadata) }
+
 // rangeFiles calls f for each live add action in no particular order until
 // f returns false. It copies nothing, unlike Files.
 func (s *Snapshot) rangeFiles(f func(*Add) bool) {

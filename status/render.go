@@ -95,6 +95,10 @@ func writeTable(b *strings.Builder, t Table) {
 	} else {
 		fmt.Fprintf(tw, "  purge horizon\tnone (never purged)\n")
 	}
+	fmt.Fprintf(tw, "  log\t%s\n", logText(t.Log))
+	if t.Log.CheckpointsBehind {
+		fmt.Fprintf(tw, "  \tcheckpoints behind: more than %d intervals of commits since the last; see `log checkpoint failed` in the engine's log, cdcapply_checkpoint_failures_total and cdcapply_stage_in_progress_seconds{stage=\"checkpoint\"}\n", checkpointsBehindIntervals)
+	}
 	fmt.Fprintf(tw, "  time travel\t%s\n", travelText(t.TimeTravel))
 	for _, u := range t.TimeTravel.Unreadable {
 		fmt.Fprintf(tw, "  \tversion %d not readable: %s\n", u.Version, u.Reason)
@@ -118,6 +122,14 @@ func writeTable(b *strings.Builder, t Table) {
 		fmt.Fprintf(pw, "  %s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, p.Topic, p.Partition, next, hw, lag)
 	}
 	pw.Flush()
+}
+
+func logText(l Log) string {
+	where := fmt.Sprintf("no checkpoint, %d commits to replay", l.CommitsAfter)
+	if l.CheckpointVersion != nil {
+		where = fmt.Sprintf("checkpoint at version %d, %d commits after it", *l.CheckpointVersion, l.CommitsAfter)
+	}
+	return fmt.Sprintf("%s (one every %d versions); %d live files, %d removed files kept until the retention expires them", where, l.CheckpointInterval, l.LiveFiles, l.RemovedFiles)
 }
 
 func commitText(c *Commit) string {

@@ -102,7 +102,39 @@ type Table struct {
 	Horizon *Horizon `json:"purge_horizon,omitempty"`
 	// TimeTravel says which recent versions can still be read.
 	TimeTravel TimeTravel `json:"time_travel"`
+	// Log is the state of the Delta log readers replay.
+	Log Log `json:"log"`
 }
+
+// Log is the state of the table's Delta log: where readers (and an
+// engine's restart) start replaying it, and what every checkpoint carries.
+type Log struct {
+	// CheckpointVersion is the newest log checkpoint's version; nil when
+	// the log has none, so readers replay every commit.
+	CheckpointVersion *int64 `json:"checkpoint_version,omitempty"`
+	// CommitsAfter is the commits readers replay after that checkpoint
+	// (every commit when there is none).
+	CommitsAfter int64 `json:"commits_after_checkpoint"`
+	// CheckpointInterval is delta.checkpointInterval: a checkpoint is
+	// due at every version it divides.
+	CheckpointInterval int64 `json:"checkpoint_interval"`
+	// CheckpointsBehind is set when more than checkpointsBehindIntervals
+	// intervals of commits follow the newest checkpoint (or the log's
+	// start): checkpoints fail or hang.
+	CheckpointsBehind bool `json:"checkpoints_behind"`
+	// LiveFiles are the log's add actions; RemovedFiles the remove
+	// actions it keeps until delta.deletedFileRetentionDuration expires
+	// them (each checkpoint carries them all).
+	LiveFiles    int `json:"live_files"`
+	RemovedFiles int `json:"removed_files"`
+}
+
+// checkpointsBehindIntervals is how many checkpoint intervals of commits
+// may follow the newest checkpoint before Log.CheckpointsBehind is set.
+// An engine writes each checkpoint beside its next commits and skips a
+// checkpoint version while the previous one is still written, so up to
+// about two intervals is normal.
+const checkpointsBehindIntervals = 3
 
 // Halt is a recorded halt of the table by the engine.
 type Halt struct {
@@ -308,6 +340,7 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 		return fmt.Errorf("read table: %w", err)
 	}
 	t.Version = snap.Version
+	t.Log = logOf(snap)
 
 	st, ok, err := apply.ReadState(ctx, src.Store)
 	if err != nil {
@@ -366,6 +399,18 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 	}
 	t.TimeTravel, err = timeTravel(ctx, tbl, snap.Version, opts.Versions)
 	return err
+}
+
+// logOf describes snap's log.
+func logOf(snap *delta.Snapshot) Log {
+	l := Log{CheckpointInterval: snap.CheckpointInterval(), LiveFiles: snap.NumFiles(), RemovedFiles: snap.NumTombstones(),
+		CommitsAfter: snap.Version + 1}
+	if v := snap.CheckpointVersion(); v >= 0 {
+		l.CheckpointVersion = &v
+		l.CommitsAfter = snap.Version - v
+	}
+	l.CheckpointsBehind = l.CommitsAfter > checkpointsBehindIntervals*l.CheckpointInterval
+	return l
 }
 
 // lastCommits reads the commitInfo of version latest, and walks back at

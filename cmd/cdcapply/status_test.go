@@ -70,17 +70,28 @@ func statusChange(l *apply.Layout, topic string, part int32, off int64, id int64
 // make the txn ranges) to a fresh table at dir, every commit at statusT0.
 func statusApply(t *testing.T, dir, name string, batches func(l *apply.Layout) [][]*apply.Change) *delta.Table {
 	t.Helper()
-	store := storage.NewLocal(dir)
+	return statusApplyTo(t, storage.NewLocal(dir), name, nil, batches)
+}
+
+// statusApplyTo is statusApply to the table at store, created with the
+// table properties props.
+func statusApplyTo(t *testing.T, store storage.Storage, name string, props map[string]string, batches func(l *apply.Layout) [][]*apply.Change) *delta.Table {
+	t.Helper()
 	tbl := delta.Open(store, delta.Clock(func() time.Time { return statusT0 }))
 	layout, err := apply.NewLayout([]delta.StructField{{Name: "id", Type: delta.Long}, {Name: "status", Type: delta.String, Nullable: true}}, []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := apply.NewTableApplier(name, "p", tbl, func(l *apply.Layout) (apply.RowFiles, error) { return apply.NewParquetRowFiles(store, l) }, []string{"id"}, nil)
+	if err := a.SetTableProperties(props); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetLayout(layout); err != nil {
+	if existing := a.Layout(); existing != nil {
+		layout = existing
+	} else if err := a.SetLayout(layout); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range batches(layout) {
@@ -223,6 +234,65 @@ func TestStatusGolden(t *testing.T) {
 
 // TestStatusFacts checks the report's key facts directly, so that a
 // golden regenerated carelessly cannot hide a wrong answer.
+// TestStatusCheckpointsBehind: a table whose log checkpoints stopped
+// landing after version 2 (every later one refused, as a full or hung log
+// volume would) shows where readers start replaying, and that the
+// checkpoints are behind; while they land it does not.
+func TestStatusCheckpointsBehind(t *testing.T) {
+	dir := t.TempDir()
+	store := storage.NewFaulty(storage.NewLocal(dir))
+	store.SetRule(func(op storage.Op) storage.Fault {
+		if strings.HasSuffix(op.Path, ".checkpoint.parquet") && !strings.Contains(op.Path, "00000000000000000002.checkpoint") {
+			return storage.Fail
+		}
+		return storage.Pass
+	})
+	batches := func(n int) func(l *apply.Layout) [][]*apply.Change {
+		return func(l *apply.Layout) [][]*apply.Change {
+			var bs [][]*apply.Change
+			for i := 0; i < n; i++ {
+				bs = append(bs, []*apply.Change{statusChange(l, "orders", 0, int64(i), int64(i%3), uint64(i+1), false, fmt.Sprint(i), statusT0)})
+			}
+			return bs
+		}
+	}
+	statusApplyTo(t, store, "orders", map[string]string{"delta.checkpointInterval": "2"}, batches(10))
+	gather := func() status.Table {
+		t.Helper()
+		rep, err := status.Gather(context.Background(), []status.Source{{Name: "orders", Store: storage.NewLocal(dir), Pipeline: "p"}}, status.Options{Now: func() time.Time { return statusT0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Tables[0]
+	}
+	tbl := gather()
+	l := tbl.Log
+	if l.CheckpointVersion == nil || *l.CheckpointVersion != 2 || l.CommitsAfter != 7 || l.CheckpointInterval != 2 || !l.CheckpointsBehind {
+		t.Fatalf("log %+v (checkpoint %v): want the checkpoint at version 2, 7 commits after it, interval 2, behind", l, l.CheckpointVersion)
+	}
+	var text bytes.Buffer
+	if err := (&status.Report{Tables: []status.Table{tbl}}).WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"checkpoint at version 2, 7 commits after it (one every 2 versions)", "checkpoints behind"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, text.String())
+		}
+	}
+
+	// Checkpoints land again: after the next checkpoint version (10)
+	// readers replay one commit, and nothing is behind.
+	store.SetRule(func(storage.Op) storage.Fault { return storage.Pass })
+	more := func(l *apply.Layout) [][]*apply.Change {
+		return [][]*apply.Change{{statusChange(l, "orders", 0, 10, 1, 11, false, "x", statusT0)}, {statusChange(l, "orders", 0, 11, 1, 12, false, "y", statusT0)}}
+	}
+	statusApplyTo(t, store, "orders", nil, more)
+	l = gather().Log
+	if l.CheckpointVersion == nil || *l.CheckpointVersion != 10 || l.CommitsAfter != 1 || l.CheckpointsBehind {
+		t.Fatalf("log %+v (checkpoint %v) after checkpoints land again: want the checkpoint at version 10, 1 commit after it, not behind", l, l.CheckpointVersion)
+	}
+}
+
 func TestStatusFacts(t *testing.T) {
 	_, root, ends := statusFixture(t)
 	ctx := context.Background()
