@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/linkedin/goavro/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -178,7 +180,7 @@ func (a *avroOrders) change(t *testing.T, id int, lsn int64, op, status string, 
 
 // avroEngine starts a one-partition kfake topic "orders", an in-process
 // registry and an engine applying format avro into a fresh table.
-func avroEngine(t *testing.T, start func(tr *testRegistry)) (p *producer, tr *testRegistry, a *avroOrders, table string, e *Engine) {
+func avroEngine(t *testing.T, start func(tr *testRegistry), opts ...EngineOption) (p *producer, tr *testRegistry, a *avroOrders, table string, e *Engine) {
 	t.Helper()
 	c, p := kfakeOrders(t)
 	tr = newTestRegistry(t)
@@ -199,7 +201,7 @@ tables:
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, stop := startEngineWith(t, cfg)
+	e, stop := startEngineWith(t, cfg, opts...)
 	t.Cleanup(stop)
 	return p, tr, a, dir + "/orders", e
 }
@@ -301,9 +303,15 @@ func TestEngineAvroUnknownSchemaID(t *testing.T) {
 // then dropped connections when a new schema id appears mid-stream).
 // Nothing is quarantined, skipped or committed past the record that needs
 // the missing schema while it is down; retries back off instead of
-// spinning; once it returns the table converges to every change.
+// spinning; once it returns the table converges to every change. Each
+// failed attempt is counted in cdcapply_schema_registry_failures_total
+// (what CdcapplySchemaRegistryFailing alerts on), and none after the
+// registry is back.
 func TestEngineAvroRegistryOutage(t *testing.T) {
-	p, tr, a, table, e := avroEngine(t, func(tr *testRegistry) { tr.down.Store(1) })
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	p, tr, a, table, e := avroEngine(t, func(tr *testRegistry) { tr.down.Store(1) }, WithMetrics(m))
+	failures := func() float64 { return testutil.ToFloat64(m.registryFails.WithLabelValues("orders")) }
 	send := func(id int, lsn int64, op, status string, note *string) {
 		k, v := a.change(t, id, lsn, op, status, note)
 		p.send(k, v, 0)
@@ -325,8 +333,16 @@ func TestEngineAvroRegistryOutage(t *testing.T) {
 		t.Errorf("%d registry requests during a 1.5 s outage; want a few retries with back-off", n)
 	}
 	t.Logf("outage 1 (HTTP 500): %d registry requests in 1.5 s", tr.byID.Load())
+	f1 := failures()
+	if f1 < 1 || f1 > float64(tr.byID.Load()) {
+		t.Errorf("%v registry failures counted after %d failed requests: want each failed attempt once", f1, tr.byID.Load())
+	}
 	tr.down.Store(0)
 	waitPositions(t, table, "shop", "orders", p.ends)
+	if got := failures(); got < f1 || got > f1+1 {
+		t.Errorf("registry failures went from %v to %v across the recovery: at most the attempt in flight may add one", f1, got)
+	}
+	f1 = failures()
 
 	// Outage 2: a new schema id (column added) arrives while the
 	// registry drops connections; the old ids stay cached, so what came
@@ -352,8 +368,12 @@ func TestEngineAvroRegistryOutage(t *testing.T) {
 		t.Errorf("%d registry requests during a 1.5 s outage; want a few retries with back-off", n)
 	}
 	t.Logf("outage 2 (connections dropped): %d registry requests in 1.5 s", tr.byID.Load())
+	if got := failures(); got <= f1 {
+		t.Errorf("registry failures stayed at %v through the second outage", got)
+	}
 	tr.down.Store(0)
 	waitPositions(t, table, "shop", "orders", p.ends)
+	f2 := failures()
 	if got, want := fmt.Sprint(readOrders(t, table)), "[1 shipped false 2 new true 3 new false]"; got != want {
 		t.Errorf("table after the outage = %s, want %s", got, want)
 	}
@@ -362,6 +382,11 @@ func TestEngineAvroRegistryOutage(t *testing.T) {
 	}
 	if h := e.Halted(); len(h) != 0 {
 		t.Errorf("halted: %v", h)
+	}
+	send(3, 16, "u", "paid", &note)
+	waitPositions(t, table, "shop", "orders", p.ends)
+	if got := failures(); got != f2 {
+		t.Errorf("registry failures rose from %v to %v with the registry up", f2, got)
 	}
 }
 

@@ -32,6 +32,7 @@ type Metrics struct {
 	fenced        *prometheus.CounterVec
 	commitFailed  *prometheus.CounterVec
 	ckptFailed    *prometheus.CounterVec
+	registryFails *prometheus.CounterVec
 	schemaChanges *prometheus.CounterVec
 	running       *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
@@ -111,6 +112,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches whose table commit failed for another reason and were read again from the table's positions."}, table),
 		ckptFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_checkpoint_failures_total",
 			Help: "Log checkpoints (or the log cleanup after them) that failed after their commit landed: the commit stands, readers replay more of the log until one succeeds."}, table),
+		registryFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_registry_failures_total",
+			Help: "Records the table could not decode because the schema registry failed (unreachable, timed out, 5xx): each one holds the table, which reads it again after a back-off (0.2 s doubling to 30 s); nothing is quarantined or skipped."}, table),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_changes_total",
 			Help: "Committed additive schema changes (new source columns joining the table)."}, table),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
@@ -147,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 		checkpointing: map[string]time.Time{},
 	}
-	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed,
+	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
 	return m
 }
@@ -428,6 +431,14 @@ func (m *Metrics) committed(d batchDone) {
 		m.freshAsOf[t] = fresh
 		m.sourceTime.WithLabelValues(t).Set(float64(fresh.UnixMicro()) / 1e6)
 	}
+}
+
+// registryFailed counts a record of table held for the schema registry.
+func (m *Metrics) registryFailed(table string) {
+	if m == nil {
+		return
+	}
+	m.registryFails.WithLabelValues(table).Inc()
 }
 
 // commitFailed counts a batch whose commit did not land.

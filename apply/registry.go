@@ -143,6 +143,7 @@ func (e *Engine) holdTable(ctx context.Context, t *tableRun, r *kgo.Record, err 
 	// fails, the resync re-seeks, and the hold below re-seeks the same.
 	e.settle(ctx, t)
 	t.holdFailures++
+	e.metrics.registryFailed(t.cfg.Name)
 	wait := registryBackoff(t.holdFailures)
 	e.log.Warn("schema registry unavailable: table held, nothing quarantined; retrying from the table's positions",
 		"table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
