@@ -1255,7 +1255,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 	e.log.Info("source truncate applied", "table", t.cfg.Name, "version", res.Version, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "rows_deleted", res.Counts.Delete)
 	t.takeCheckpoint(res)
 	e.metrics.committed(batchDone{table: t.cfg.Name, batch: b, res: res, newestMicro: c.SourceTsMicros})
-	e.commitGroupOffsets(ctx, b.Ranges)
+	e.commitGroupOffsets(ctx, t.cfg.Name, b.Ranges)
 	if e.OnCommit != nil {
 		e.OnCommit(t.cfg.Name, res)
 	}
@@ -1521,7 +1521,7 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 	if res.CheckpointSkipped {
 		e.log.Debug("log checkpoint skipped: the previous one is still being written; the next checkpoint version covers this one", "table", t.cfg.Name, "version", res.Version)
 	}
-	e.commitGroupOffsets(ctx, b.Ranges)
+	e.commitGroupOffsets(ctx, t.cfg.Name, b.Ranges)
 	e.recordCommit(t, &f.buf, b, res, f.refreshed, f.quarantined)
 	t.holdFailures = 0
 	if e.OnCommit != nil {
@@ -1720,7 +1720,9 @@ func (e *Engine) resync(ctx context.Context, t *tableRun) {
 	e.rewind(t)
 }
 
-func (e *Engine) commitGroupOffsets(ctx context.Context, ranges map[checkpoint.TopicPartition]checkpoint.Range) {
+// commitGroupOffsets commits table's positions after a batch to the
+// consumer group, for lag tooling that reads the group's offsets.
+func (e *Engine) commitGroupOffsets(ctx context.Context, table string, ranges map[checkpoint.TopicPartition]checkpoint.Range) {
 	if e.client == nil {
 		return
 	}
@@ -1732,12 +1734,47 @@ func (e *Engine) commitGroupOffsets(ctx context.Context, ranges map[checkpoint.T
 		offs[tp.Topic][tp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: r.Next}
 	}
 	// The table is the truth; a failed group commit only makes lag
-	// dashboards lag, so it is logged, not retried.
-	e.client.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			e.log.Warn("group offset commit failed (lag tooling only)", "err", err)
+	// tooling see the group behind, so it is logged and counted, not
+	// retried (the next batch commits newer offsets). A partition can
+	// fail alone (a missing group ACL, a commit late in a rebalance), so
+	// the response's partitions are checked too.
+	e.client.CommitOffsets(ctx, offs, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		failed := failedCommits(req, resp)
+		if err == nil && len(failed) == 0 {
+			return
 		}
+		e.metrics.groupCommitFailed(table)
+		e.log.Warn("group offset commit failed: the table and its positions are right, but tools reading the group's offsets see it behind",
+			"table", table, "group", e.cfg.Kafka.Group, "partitions", failed, "err", err)
 	})
+}
+
+// failedCommits lists the partitions resp reports failed, as
+// "topic/partition: error". From OffsetCommit v10 the response names
+// topics by ID only; their names come from the request.
+func failedCommits(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) []string {
+	if resp == nil {
+		return nil
+	}
+	names := map[[16]byte]string{}
+	if req != nil {
+		for _, t := range req.Topics {
+			names[t.TopicID] = t.Topic
+		}
+	}
+	var failed []string
+	for _, t := range resp.Topics {
+		topic := t.Topic
+		if topic == "" {
+			topic = names[t.TopicID]
+		}
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				failed = append(failed, fmt.Sprintf("%s/%d: %v", topic, p.Partition, err))
+			}
+		}
+	}
+	return failed
 }
 
 // onAssigned marks the tables of newly assigned partitions for reload: an

@@ -9,12 +9,16 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
@@ -438,6 +442,125 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("table differs from the oracle after the restart:\n got %v\nwant %v", got, want)
 	}
+}
+
+// TestGroupOffsetCommitFailureIsVisible: the consumer group's offsets
+// follow each table commit, for lag tooling; when the coordinator refuses
+// them for a partition (a missing group ACL: GROUP_AUTHORIZATION_FAILED in
+// the partition's error code, not as a request error), the failure is
+// counted and logged with the table, group and partition, and the table
+// goes on. Once commits are accepted again the group's offsets equal the
+// table's positions, and nothing more is counted.
+func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
+	c, p := kfakeOrders(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if !refuse.Load() {
+			return nil, nil, false // kept: the cluster commits as usual
+		}
+		c.KeepControl()
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			// As a broker answers: by name, or from v10 by topic ID only.
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			if req.Version >= 10 {
+				st.Topic = ""
+			}
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.GroupAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	var log syncBuffer
+	_, stop := startEngineWith(t, cfg, WithMetrics(m), Logger(slog.New(slog.NewTextHandler(&log, nil))))
+	defer stop()
+	table := dir + "/orders"
+	o := ordersOracle{}
+	updates(p, o, 0, 5)
+	waitRecorded(t, m, table, "orders", p.ends)
+	waitFor(t, "the refused group commit to be counted", func() bool {
+		return testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")) >= 1
+	})
+	for _, want := range []string{"group offset commit failed", "table=orders", "group=cdcapply-test", "orders/0: GROUP_AUTHORIZATION_FAILED"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle while group commits fail:\n got %v\nwant %v", got, want)
+	}
+
+	refuse.Store(false)
+	failed := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders"))
+	updates(p, o, 5, 10)
+	waitRecorded(t, m, table, "orders", p.ends)
+	waitGroupOffsets(t, p, "cdcapply-test")
+	if got := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")); got != failed {
+		t.Errorf("group commit failures rose from %v to %v once the coordinator accepted them", failed, got)
+	}
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestRealKafkaGroupOffsetsFollowTheTable: against a real broker, the
+// consumer group's committed offsets follow the table's positions on
+// every partition, and no group commit fails.
+func TestRealKafkaGroupOffsetsFollowTheTable(t *testing.T) {
+	brokers := realBrokers(t)
+	topic := realTopic(t, brokers, 2)
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	p := &producer{t: t, cl: pcl, topic: topic, nparts: 2, ends: map[int32]int64{}}
+	dir := t.TempDir()
+	cfg := testConfigFor(t, brokers, dir, topic, topic+"-group")
+	m := NewMetrics(prometheus.NewRegistry())
+	_, stop := startEngineWith(t, cfg, WithMetrics(m))
+	defer stop()
+	o := ordersOracle{}
+	updates(p, o, 0, 40)
+	waitRecorded(t, m, dir+"/orders", topic, p.ends)
+	waitGroupOffsets(t, p, topic+"-group")
+	if got := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")); got != 0 {
+		t.Errorf("%v group offset commits failed against the real broker", got)
+	}
+	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
+	}
+}
+
+// waitGroupOffsets waits for group's committed offsets on p's topic to
+// equal p.ends on every partition written.
+func waitGroupOffsets(t *testing.T, p *producer, group string) {
+	t.Helper()
+	adm := kadm.NewClient(p.cl)
+	waitFor(t, fmt.Sprintf("group %s's offsets to reach %v", group, p.ends), func() bool {
+		offs, err := adm.FetchOffsets(context.Background(), group)
+		if err != nil {
+			return false
+		}
+		for part, end := range p.ends {
+			o, ok := offs.Lookup(p.topic, part)
+			if !ok || o.Err != nil || o.At != end {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // checkpointHangs sets up the orders table with a log checkpoint every

@@ -33,6 +33,7 @@ type Metrics struct {
 	commitFailed  *prometheus.CounterVec
 	ckptFailed    *prometheus.CounterVec
 	registryFails *prometheus.CounterVec
+	groupCommits  *prometheus.CounterVec
 	schemaChanges *prometheus.CounterVec
 	running       *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
@@ -114,6 +115,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Log checkpoints (or the log cleanup after them) that failed after their commit landed: the commit stands, readers replay more of the log until one succeeds."}, table),
 		registryFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_registry_failures_total",
 			Help: "Records the table could not decode because the schema registry failed (unreachable, timed out, 5xx): each one holds the table, which reads it again after a back-off (0.2 s doubling to 30 s); nothing is quarantined or skipped."}, table),
+		groupCommits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_group_offset_commit_failures_total",
+			Help: "Consumer group offset commits after a table commit that failed, whole or for some partition (a missing group ACL, a commit late in a rebalance): the table and its positions are right, but tools reading the group's committed offsets see it behind; cdcapply_partition_lag_records stays true."}, table),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_changes_total",
 			Help: "Committed additive schema changes (new source columns joining the table)."}, table),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
@@ -150,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 		checkpointing: map[string]time.Time{},
 	}
-	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails,
+	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
 	return m
 }
@@ -439,6 +442,14 @@ func (m *Metrics) registryFailed(table string) {
 		return
 	}
 	m.registryFails.WithLabelValues(table).Inc()
+}
+
+// groupCommitFailed counts a failed group offset commit of table.
+func (m *Metrics) groupCommitFailed(table string) {
+	if m == nil {
+		return
+	}
+	m.groupCommits.WithLabelValues(table).Inc()
 }
 
 // commitFailed counts a batch whose commit did not land.
