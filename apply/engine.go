@@ -170,6 +170,17 @@ type tableRun struct {
 	holdFailures int                // consecutive holds without a commit
 	holdPaused   map[string][]int32 // partitions paused by the hold
 
+	// fetchErrs is, per partition and error class, when a fetch error
+	// was last logged and how many came since (the loop's own): a broker
+	// refusing a partition answers every fetch, so the log says it once
+	// per fetchErrorLogEvery, with the count.
+	fetchErrs map[fetchErrKey]*fetchErrLog
+	// fetchRetries are the partitions whose fetch a broker refused with
+	// an error the client does not retry (an authorization taken away):
+	// each is paused until its back-off ends, so neither the client nor
+	// the loop spins on the refusal.
+	fetchRetries map[checkpoint.TopicPartition]*fetchRetry
+
 	// resynced is set when the table was re-seeked to its positions while
 	// a poll was being handled: the rest of that poll's records for it
 	// were fetched before the seek and are ignored (they come again from
@@ -692,6 +703,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			if !t.holdUntil.IsZero() && !now.Before(t.holdUntil) {
 				e.releaseTable(t)
 			}
+			e.resumeFetches(t, now)
 		}
 		wait = e.pollWait()
 		cl.AllowRebalance()
@@ -757,6 +769,11 @@ func (e *Engine) pollWait() time.Duration {
 	for _, t := range e.tables {
 		if !t.holdUntil.IsZero() && t.holdUntil.Sub(now) < wait {
 			wait = t.holdUntil.Sub(now)
+		}
+		for _, r := range t.fetchRetries {
+			if r.paused {
+				wait = min(wait, r.until.Sub(now))
+			}
 		}
 		if t.buf.empty() || t.committing() {
 			// While a commit runs the batch cannot flush anyway; the
@@ -831,7 +848,115 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 			t.cfg.Name, topic, partition, next, err))
 		return
 	}
-	e.log.Warn("fetch error", "table", t.cfg.Name, "topic", topic, "partition", partition, "err", err)
+	class := fetchErrorClass(err)
+	e.metrics.fetchFailed(t.cfg.Name, class)
+	now := e.clock()
+	if class != "client" {
+		// A Kafka error the client returned rather than retried: it
+		// would fetch the partition again at once, and be refused again.
+		e.backOffFetch(t, checkpoint.TopicPartition{Topic: topic, Partition: partition}, now)
+	}
+	k := fetchErrKey{topic, partition, class}
+	l := t.fetchErrs[k]
+	if l == nil {
+		if t.fetchErrs == nil {
+			t.fetchErrs = map[fetchErrKey]*fetchErrLog{}
+		}
+		l = &fetchErrLog{}
+		t.fetchErrs[k] = l
+	}
+	l.since++
+	if !l.logged.IsZero() && now.Sub(l.logged) < fetchErrorLogEvery {
+		return
+	}
+	args := []any{"table", t.cfg.Name, "topic", topic, "partition", partition, "err", err}
+	if !l.logged.IsZero() {
+		args = append(args, "repeated", l.since, "in", now.Sub(l.logged).Round(time.Second))
+	}
+	e.log.Warn("fetch error", args...)
+	l.logged, l.since = now, 0
+}
+
+// fetchRetry is a partition's fetch back-off: refusals in a row (none for
+// fetchRetryForget resets the count), the last one, and whether it is
+// paused until until.
+type fetchRetry struct {
+	failures    int
+	last, until time.Time
+	paused      bool
+}
+
+// fetchRetryForget is how long after its last refusal a partition's
+// back-off starts again from retryBackoffMin.
+const fetchRetryForget = 2 * retryBackoffMax
+
+// backOffFetch pauses fetching tp, refused by a broker, until its back-off
+// ends (resumeFetches). A paused partition's buffered data is dropped
+// without moving its position, so nothing is skipped.
+func (e *Engine) backOffFetch(t *tableRun, tp checkpoint.TopicPartition, now time.Time) {
+	if e.client == nil {
+		return
+	}
+	if t.fetchRetries == nil {
+		t.fetchRetries = map[checkpoint.TopicPartition]*fetchRetry{}
+	}
+	r := t.fetchRetries[tp]
+	if r == nil || now.Sub(r.last) > fetchRetryForget {
+		r = &fetchRetry{}
+		t.fetchRetries[tp] = r
+	}
+	r.failures++
+	r.last, r.until = now, now.Add(retryBackoff(r.failures))
+	if !r.paused {
+		e.client.PauseFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+		r.paused = true
+	}
+}
+
+// resumeFetches resumes the partitions of t whose fetch back-off ended (a
+// halted table's stay paused; a held table's resume with its release),
+// and forgets those not refused for fetchRetryForget.
+func (e *Engine) resumeFetches(t *tableRun, now time.Time) {
+	for tp, r := range t.fetchRetries {
+		switch {
+		case r.paused && !now.Before(r.until):
+			r.paused = false
+			if t.halted == nil && t.holdUntil.IsZero() {
+				e.client.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+			}
+		case !r.paused && now.Sub(r.last) > fetchRetryForget:
+			delete(t.fetchRetries, tp)
+		}
+	}
+}
+
+// fetchErrorLogEvery is how often one partition's repeated fetch error is
+// logged (each is counted in cdcapply_fetch_errors_total).
+const fetchErrorLogEvery = time.Minute
+
+// fetchErrKey is a partition and the class of its fetch error.
+type fetchErrKey struct {
+	topic     string
+	partition int32
+	class     string
+}
+
+// fetchErrLog is when a fetchErrKey was last logged, and how many errors
+// of it came since.
+type fetchErrLog struct {
+	logged time.Time
+	since  int
+}
+
+// fetchErrorClass is a fetch error's label: the Kafka error code's name
+// (TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_COMPRESSION_TYPE, ...), or
+// "client" for an error of the client's own.
+func fetchErrorClass(err error) string {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Message
+	}
+	return "client"
 }
 
 // halt stops one table: its buffer is dropped and its partitions paused.

@@ -514,6 +514,82 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 	}
 }
 
+// TestFetchErrorIsCountedAndLoggedOnce: the broker refuses the table's
+// partition on every fetch (TOPIC_AUTHORIZATION_FAILED: an ACL taken
+// away). Each refusal is counted in cdcapply_fetch_errors_total under the
+// error's name, the log says it once (not once per fetch), the partition
+// is fetched again only after a back-off (before it, the client fetched
+// it again at once: 74 refusals and log lines in a tenth of a second
+// against kfake), nothing is applied meanwhile and the table does not
+// halt; when the broker serves the partition again the table catches up
+// to the oracle.
+func TestFetchErrorIsCountedAndLoggedOnce(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	var log syncBuffer
+	e, stop := startEngineWith(t, cfg, WithMetrics(m), Logger(slog.New(slog.NewTextHandler(&log, nil))))
+	defer stop()
+	table := dir + "/orders"
+	o := ordersOracle{}
+	updates(p, o, 0, 3)
+	waitRecorded(t, m, table, "orders", p.ends)
+
+	var refuse atomic.Bool
+	refuse.Store(true)
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		req := kreq.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	updates(p, o, 3, 6)
+	refused := func() float64 {
+		return testutil.ToFloat64(m.fetchErrors.WithLabelValues("orders", "TOPIC_AUTHORIZATION_FAILED"))
+	}
+	waitFor(t, "several refused fetches to be counted", func() bool { return refused() >= 3 })
+	// The back-off (0.2 s doubling) allows one or two more in a second;
+	// fetching at once would make hundreds.
+	n3 := refused()
+	time.Sleep(time.Second)
+	if got := refused(); got > n3+3 {
+		t.Errorf("%v refused fetches a second after the third: the partition is fetched again without a back-off", got)
+	}
+	if n := strings.Count(log.String(), "msg=\"fetch error\""); n != 1 {
+		t.Errorf("%d fetch error lines for %v refused fetches of one partition within a minute, want 1:\n%s", n, refused(), log.String())
+	}
+	if !strings.Contains(log.String(), "table=orders topic=orders partition=0") || !strings.Contains(log.String(), "TOPIC_AUTHORIZATION_FAILED") {
+		t.Errorf("the fetch error line does not name table, topic, partition and error:\n%s", log.String())
+	}
+	if h := e.Halted(); len(h) != 0 {
+		t.Errorf("halted on a refused fetch: %v", h)
+	}
+	if got := len(readOrders(t, table)); got != 3 {
+		t.Errorf("%d rows while the partition is refused, want the first 3", got)
+	}
+
+	refuse.Store(false)
+	waitRecorded(t, m, table, "orders", p.ends)
+	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle after the partition is served again:\n got %v\nwant %v", got, want)
+	}
+}
+
 // TestRealKafkaGroupOffsetsFollowTheTable: against a real broker, the
 // consumer group's committed offsets follow the table's positions on
 // every partition, and no group commit fails.

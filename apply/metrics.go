@@ -34,6 +34,7 @@ type Metrics struct {
 	ckptFailed    *prometheus.CounterVec
 	registryFails *prometheus.CounterVec
 	groupCommits  *prometheus.CounterVec
+	fetchErrors   *prometheus.CounterVec
 	schemaChanges *prometheus.CounterVec
 	running       *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
@@ -117,6 +118,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records the table could not decode because the schema registry failed (unreachable, timed out, 5xx): each one holds the table, which reads it again after a back-off (0.2 s doubling to 30 s); nothing is quarantined or skipped."}, table),
 		groupCommits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_group_offset_commit_failures_total",
 			Help: "Consumer group offset commits after a table commit that failed, whole or for some partition (a missing group ACL, a commit late in a rebalance): the table and its positions are right, but tools reading the group's committed offsets see it behind; cdcapply_partition_lag_records stays true."}, table),
+		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_fetch_errors_total",
+			Help: "Fetch errors the Kafka client returned for the table's partitions, by error: the Kafka error code's name (TOPIC_AUTHORIZATION_FAILED, ...) or client. Errors the client retries itself (leader moves, a broker restarting) are not returned, so this counts what keeps the table from reading; an offset gap halts the table instead (cdcapply_table_halted)."},
+			[]string{"table", "error"}),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_changes_total",
 			Help: "Committed additive schema changes (new source columns joining the table)."}, table),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
@@ -153,7 +157,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 		checkpointing: map[string]time.Time{},
 	}
-	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits,
+	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits, m.fetchErrors,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
 	return m
 }
@@ -450,6 +454,14 @@ func (m *Metrics) groupCommitFailed(table string) {
 		return
 	}
 	m.groupCommits.WithLabelValues(table).Inc()
+}
+
+// fetchFailed counts a fetch error of table's partitions.
+func (m *Metrics) fetchFailed(table, class string) {
+	if m == nil {
+		return
+	}
+	m.fetchErrors.WithLabelValues(table, class).Inc()
 }
 
 // commitFailed counts a batch whose commit did not land.

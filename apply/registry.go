@@ -16,20 +16,21 @@ import (
 	"github.com/cdcapply/cdcapply/debezium"
 )
 
-// Registry outage back-off: the first retry of a table whose schema could
-// not be fetched waits registryBackoffMin, each further failure doubles the
-// wait up to registryBackoffMax.
+// Retry back-off, for a table whose schema could not be fetched (a
+// registry outage) and for a partition a broker refuses to serve: the
+// first retry waits retryBackoffMin, each further failure without a commit
+// doubles the wait up to retryBackoffMax.
 const (
-	registryBackoffMin = 200 * time.Millisecond
-	registryBackoffMax = 30 * time.Second
+	retryBackoffMin = 200 * time.Millisecond
+	retryBackoffMax = 30 * time.Second
 )
 
-func registryBackoff(failures int) time.Duration {
-	d := registryBackoffMin
-	for i := 1; i < failures && d < registryBackoffMax; i++ {
+func retryBackoff(failures int) time.Duration {
+	d := retryBackoffMin
+	for i := 1; i < failures && d < retryBackoffMax; i++ {
 		d *= 2
 	}
-	return min(d, registryBackoffMax)
+	return min(d, retryBackoffMax)
 }
 
 // needsRegistry reports whether any table reads Avro.
@@ -144,7 +145,7 @@ func (e *Engine) holdTable(ctx context.Context, t *tableRun, r *kgo.Record, err 
 	e.settle(ctx, t)
 	t.holdFailures++
 	e.metrics.registryFailed(t.cfg.Name)
-	wait := registryBackoff(t.holdFailures)
+	wait := retryBackoff(t.holdFailures)
 	e.log.Warn("schema registry unavailable: table held, nothing quarantined; retrying from the table's positions",
 		"table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 		"retry_in", wait, "consecutive_failures", t.holdFailures, "err", err)
