@@ -90,6 +90,10 @@ type Engine struct {
 	// Held alone, for a map update or copy.
 	haltMu     sync.Mutex
 	haltedView map[string]error
+	// repeats paces the log lines of errors that repeat for as long as
+	// their cause lasts (a partition the broker refuses, group commits
+	// refused): the first, then one a minute with the count.
+	repeats repeatLog
 	// fenced counts batches dropped because another instance advanced
 	// their partitions (read by tests and, later, metrics).
 	fenced atomic.Int64
@@ -170,11 +174,6 @@ type tableRun struct {
 	holdFailures int                // consecutive holds without a commit
 	holdPaused   map[string][]int32 // partitions paused by the hold
 
-	// fetchErrs is, per partition and error class, when a fetch error
-	// was last logged and how many came since (the loop's own): a broker
-	// refusing a partition answers every fetch, so the log says it once
-	// per fetchErrorLogEvery, with the count.
-	fetchErrs map[fetchErrKey]*fetchErrLog
 	// fetchRetries are the partitions whose fetch a broker refused with
 	// an error the client does not retry (an authorization taken away):
 	// each is paused until its back-off ends, so neither the client nor
@@ -856,25 +855,9 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 		// would fetch the partition again at once, and be refused again.
 		e.backOffFetch(t, checkpoint.TopicPartition{Topic: topic, Partition: partition}, now)
 	}
-	k := fetchErrKey{topic, partition, class}
-	l := t.fetchErrs[k]
-	if l == nil {
-		if t.fetchErrs == nil {
-			t.fetchErrs = map[fetchErrKey]*fetchErrLog{}
-		}
-		l = &fetchErrLog{}
-		t.fetchErrs[k] = l
+	if log, repeat := e.repeats.due(fetchErrKey{topic, partition, class}, now); log {
+		e.log.Warn("fetch error", append([]any{"table", t.cfg.Name, "topic", topic, "partition", partition, "err", err}, repeat...)...)
 	}
-	l.since++
-	if !l.logged.IsZero() && now.Sub(l.logged) < fetchErrorLogEvery {
-		return
-	}
-	args := []any{"table", t.cfg.Name, "topic", topic, "partition", partition, "err", err}
-	if !l.logged.IsZero() {
-		args = append(args, "repeated", l.since, "in", now.Sub(l.logged).Round(time.Second))
-	}
-	e.log.Warn("fetch error", args...)
-	l.logged, l.since = now, 0
 }
 
 // fetchRetry is a partition's fetch back-off: refusals in a row (none for
@@ -930,9 +913,49 @@ func (e *Engine) resumeFetches(t *tableRun, now time.Time) {
 	}
 }
 
-// fetchErrorLogEvery is how often one partition's repeated fetch error is
-// logged (each is counted in cdcapply_fetch_errors_total).
-const fetchErrorLogEvery = time.Minute
+// repeatLogEvery is how often an error that repeats is logged (each one
+// is counted in its metric).
+const repeatLogEvery = time.Minute
+
+// repeatLog paces log lines by key: due says to log a key's first
+// occurrence, then at most one every repeatLogEvery, with how many came
+// since. Safe for concurrent use (group commits report on the client's
+// goroutines).
+type repeatLog struct {
+	mu   sync.Mutex
+	last map[any]*repeated
+}
+
+type repeated struct {
+	logged time.Time
+	since  int
+}
+
+// due counts an occurrence of k at now and reports whether to log it;
+// past the first, the attributes to add: how many came since the last
+// line ("repeated") and over how long ("in").
+func (l *repeatLog) due(k any, now time.Time) (bool, []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.last[k]
+	if r == nil {
+		if l.last == nil {
+			l.last = map[any]*repeated{}
+		}
+		r = &repeated{}
+		l.last[k] = r
+	}
+	r.since++
+	if !r.logged.IsZero() && now.Sub(r.logged) < repeatLogEvery {
+		return false, nil
+	}
+	var attrs []any
+	if !r.logged.IsZero() {
+		attrs = []any{"repeated", r.since, "in", now.Sub(r.logged).Round(time.Second)}
+	}
+	r.logged, r.since = now, 0
+	return true, attrs
+}
 
 // fetchErrKey is a partition and the class of its fetch error.
 type fetchErrKey struct {
@@ -941,12 +964,8 @@ type fetchErrKey struct {
 	class     string
 }
 
-// fetchErrLog is when a fetchErrKey was last logged, and how many errors
-// of it came since.
-type fetchErrLog struct {
-	logged time.Time
-	since  int
-}
+// groupCommitKey is a table whose group commits fail.
+type groupCommitKey struct{ table string }
 
 // fetchErrorClass is a fetch error's label: the Kafka error code's name
 // (TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_COMPRESSION_TYPE, ...), or
@@ -1869,8 +1888,10 @@ func (e *Engine) commitGroupOffsets(ctx context.Context, table string, ranges ma
 			return
 		}
 		e.metrics.groupCommitFailed(table)
-		e.log.Warn("group offset commit failed: the table and its positions are right, but tools reading the group's offsets see it behind",
-			"table", table, "group", e.cfg.Kafka.Group, "partitions", failed, "err", err)
+		if log, repeat := e.repeats.due(groupCommitKey{table}, e.clock()); log {
+			e.log.Warn("group offset commit failed: the table and its positions are right, but tools reading the group's offsets see it behind",
+				append([]any{"table", table, "group", e.cfg.Kafka.Group, "partitions", failed, "err", err}, repeat...)...)
+		}
 	})
 }
 

@@ -447,9 +447,9 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 // TestGroupOffsetCommitFailureIsVisible: the consumer group's offsets
 // follow each table commit, for lag tooling; when the coordinator refuses
 // them for a partition (a missing group ACL: GROUP_AUTHORIZATION_FAILED in
-// the partition's error code, not as a request error), the failure is
-// counted and logged with the table, group and partition, and the table
-// goes on. Once commits are accepted again the group's offsets equal the
+// the partition's error code, not as a request error), each failure is
+// counted, the log says it once a minute with the table, group and
+// partition (not once per batch), and the table goes on. Once commits are accepted again the group's offsets equal the
 // table's positions, and nothing more is counted.
 func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 	c, p := kfakeOrders(t)
@@ -487,11 +487,16 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 	defer stop()
 	table := dir + "/orders"
 	o := ordersOracle{}
-	updates(p, o, 0, 5)
-	waitRecorded(t, m, table, "orders", p.ends)
-	waitFor(t, "the refused group commit to be counted", func() bool {
-		return testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")) >= 1
+	for i := 0; i < 3; i++ {
+		updates(p, o, 5*i, 5*i+5)
+		waitRecorded(t, m, table, "orders", p.ends)
+	}
+	waitFor(t, "the refused group commits to be counted", func() bool {
+		return testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")) >= 3
 	})
+	if n := strings.Count(log.String(), "group offset commit failed"); n != 1 {
+		t.Errorf("%d log lines for three refused group commits within a minute, want 1", n)
+	}
 	for _, want := range []string{"group offset commit failed", "table=orders", "group=cdcapply-test", "orders/0: GROUP_AUTHORIZATION_FAILED"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
@@ -503,7 +508,7 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 
 	refuse.Store(false)
 	failed := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders"))
-	updates(p, o, 5, 10)
+	updates(p, o, 15, 20)
 	waitRecorded(t, m, table, "orders", p.ends)
 	waitGroupOffsets(t, p, "cdcapply-test")
 	if got := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")); got != failed {
