@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -91,9 +92,7 @@ func TestStorageErrorsAreCountedAndRetried(t *testing.T) {
 	if len(refused) != 3 {
 		t.Fatalf("%d writes refused (%v), want 3: the test did not exercise the failures it names", len(refused), refused)
 	}
-	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle after the storage errors:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, dir+"/orders", o, "after the storage errors")
 	if got := testutil.ToFloat64(m.commitFailed.WithLabelValues("orders")); got != 3 {
 		t.Errorf("cdcapply_commits_failed_total = %v, want 3 (one per refused write)", got)
 	}
@@ -271,9 +270,7 @@ func stuckCommit(t *testing.T, brokers []string, p *producer, group string) {
 	if sum := hist.GetSampleSum(); sum < 1 {
 		t.Errorf("the commit stage's observations sum to %v s, less than the second it hung", sum)
 	}
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle after the stuck commit:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "after the stuck commit")
 }
 
 // TestOpenStageIsVisible: on a restart the table's storage stops
@@ -352,9 +349,7 @@ func TestStuckCheckpointIsVisible(t *testing.T) {
 	if snap.CheckpointVersion() >= 0 {
 		t.Errorf("the table has checkpoint version %d while its only checkpoint write hangs", snap.CheckpointVersion())
 	}
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle while its checkpoint hangs:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "while its checkpoint hangs")
 	if v, ok := gaugeValue(t, reg, "cdcapply_stage_in_progress_seconds", map[string]string{"table": "orders", "stage": stageCheckpoint}); !ok || v < 1 {
 		t.Errorf("checkpoint in progress %v s (%v) after the batches beside it landed: want it still shown, past a second", v, ok)
 	}
@@ -430,18 +425,14 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	if snap.CheckpointVersion() >= 0 {
 		t.Errorf("checkpoint version %d, want none: the only checkpoint was abandoned", snap.CheckpointVersion())
 	}
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle after the shutdown:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "after the shutdown")
 
 	// A new engine replays the log and goes on.
 	_, stop := startEngineWith(t, cfg)
 	defer stop()
 	updates(p, o, 20, 30)
 	waitPositions(t, table, "shop", "orders", p.ends)
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle after the restart:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "after the restart")
 }
 
 // TestGroupOffsetCommitFailureIsVisible: the consumer group's offsets
@@ -449,17 +440,14 @@ func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 // them for a partition (a missing group ACL: GROUP_AUTHORIZATION_FAILED in
 // the partition's error code, not as a request error), each failure is
 // counted, the log says it once a minute with the table, group and
-// partition (not once per batch), and the table goes on. Once commits are accepted again the group's offsets equal the
-// table's positions, and nothing more is counted.
+// partition (not once per batch), and the table goes on. Once commits
+// are accepted again the group's offsets equal the table's positions, and
+// nothing more is counted.
 func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 	c, p := kfakeOrders(t)
 	var refuse atomic.Bool
 	refuse.Store(true)
-	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if !refuse.Load() {
-			return nil, nil, false // kept: the cluster commits as usual
-		}
-		c.KeepControl()
+	refuseWhile(c, kmsg.OffsetCommit, &refuse, func(kreq kmsg.Request) kmsg.Response {
 		req := kreq.(*kmsg.OffsetCommitRequest)
 		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 		for _, rt := range req.Topics {
@@ -476,16 +464,9 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
-		return resp, nil, true
+		return resp
 	})
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	var log syncBuffer
-	_, stop := startEngineWith(t, cfg, WithMetrics(m), Logger(slog.New(slog.NewTextHandler(&log, nil))))
-	defer stop()
-	table := dir + "/orders"
+	_, m, log, table := observedEngine(t, c)
 	o := ordersOracle{}
 	for i := 0; i < 3; i++ {
 		updates(p, o, 5*i, 5*i+5)
@@ -502,9 +483,7 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
 	}
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle while group commits fail:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "while group commits fail")
 
 	refuse.Store(false)
 	failed := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders"))
@@ -514,9 +493,7 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 	if got := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")); got != failed {
 		t.Errorf("group commit failures rose from %v to %v once the coordinator accepted them", failed, got)
 	}
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "once group commits are accepted")
 }
 
 // TestFetchErrorIsCountedAndLoggedOnce: the broker refuses the table's
@@ -530,25 +507,14 @@ func TestGroupOffsetCommitFailureIsVisible(t *testing.T) {
 // to the oracle.
 func TestFetchErrorIsCountedAndLoggedOnce(t *testing.T) {
 	c, p := kfakeOrders(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, c.ListenAddrs(), dir)
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	var log syncBuffer
-	e, stop := startEngineWith(t, cfg, WithMetrics(m), Logger(slog.New(slog.NewTextHandler(&log, nil))))
-	defer stop()
-	table := dir + "/orders"
+	e, m, log, table := observedEngine(t, c)
 	o := ordersOracle{}
 	updates(p, o, 0, 3)
 	waitRecorded(t, m, table, "orders", p.ends)
 
 	var refuse atomic.Bool
 	refuse.Store(true)
-	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if !refuse.Load() {
-			return nil, nil, false
-		}
-		c.KeepControl()
+	refuseWhile(c, kmsg.Fetch, &refuse, func(kreq kmsg.Request) kmsg.Response {
 		req := kreq.(*kmsg.FetchRequest)
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		for _, rt := range req.Topics {
@@ -561,7 +527,7 @@ func TestFetchErrorIsCountedAndLoggedOnce(t *testing.T) {
 			}
 			resp.Topics = append(resp.Topics, st)
 		}
-		return resp, nil, true
+		return resp
 	})
 	updates(p, o, 3, 6)
 	refused := func() float64 {
@@ -590,9 +556,7 @@ func TestFetchErrorIsCountedAndLoggedOnce(t *testing.T) {
 
 	refuse.Store(false)
 	waitRecorded(t, m, table, "orders", p.ends)
-	if got, want := readOrders(t, table), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle after the partition is served again:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, table, o, "after the partition is served again")
 }
 
 // TestRealKafkaGroupOffsetsFollowTheTable: against a real broker, the
@@ -619,9 +583,7 @@ func TestRealKafkaGroupOffsetsFollowTheTable(t *testing.T) {
 	if got := testutil.ToFloat64(m.groupCommits.WithLabelValues("orders")); got != 0 {
 		t.Errorf("%v group offset commits failed against the real broker", got)
 	}
-	if got, want := readOrders(t, dir+"/orders"), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("table differs from the oracle:\n got %v\nwant %v", got, want)
-	}
+	sameAsOracle(t, dir+"/orders", o, "on the real broker")
 }
 
 // waitGroupOffsets waits for group's committed offsets on p's topic to
@@ -642,6 +604,38 @@ func waitGroupOffsets(t *testing.T, p *producer, group string) {
 		}
 		return true
 	})
+}
+
+// observedEngine starts an engine on c's orders topic with metrics and a
+// log the test reads, stopped when the test ends.
+func observedEngine(t *testing.T, c *kfake.Cluster) (e *Engine, m *Metrics, log *syncBuffer, table string) {
+	t.Helper()
+	dir := t.TempDir()
+	m, log = NewMetrics(prometheus.NewRegistry()), &syncBuffer{}
+	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir), WithMetrics(m), Logger(slog.New(slog.NewTextHandler(log, nil))))
+	t.Cleanup(stop)
+	return e, m, log, dir + "/orders"
+}
+
+// refuseWhile makes c answer every request of key with refusal(request)
+// while refuse is set, and serve them as usual otherwise.
+func refuseWhile(c *kfake.Cluster, key kmsg.Key, refuse *atomic.Bool, refusal func(kmsg.Request) kmsg.Response) {
+	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !refuse.Load() {
+			return nil, nil, false // not handled: kept, and the cluster serves it
+		}
+		c.KeepControl()
+		return refusal(req), nil, true
+	})
+}
+
+// sameAsOracle fails the test unless the orders table at dir holds o's
+// rows; when says at which point of the test.
+func sameAsOracle(t *testing.T, dir string, o ordersOracle, when string) {
+	t.Helper()
+	if got, want := readOrders(t, dir), o.rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("table differs from the oracle %s:\n got %v\nwant %v", when, got, want)
+	}
 }
 
 // checkpointHangs sets up the orders table with a log checkpoint every
