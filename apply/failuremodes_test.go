@@ -295,13 +295,7 @@ func TestOpenStageIsVisible(t *testing.T) {
 	h.arm()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	e, err := NewEngine(cfg, Logger(quietLogger()), WithMetrics(m), func(e *Engine) { e.wrapStore = h.wrap })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
+	_, cancel, done := runEngine(t, cfg, WithMetrics(m), func(e *Engine) { e.wrapStore = h.wrap })
 	defer func() {
 		h.free()
 		cancel()
@@ -378,16 +372,10 @@ func TestStuckCheckpointIsVisible(t *testing.T) {
 func TestShutdownLeavesAHungCheckpoint(t *testing.T) {
 	p, dir, cfg, h := checkpointHangs(t)
 	var log syncBuffer
-	e, err := NewEngine(cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))), func(e *Engine) {
+	_, cancel, done := runEngine(t, cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))), func(e *Engine) {
 		e.wrapStore, e.checkpointWait = h.wrap, 200*time.Millisecond
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
 	table := dir + "/orders"
 	o := ordersOracle{}
 	updates(p, o, 0, 20)

@@ -72,13 +72,7 @@ func startEngine(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, func
 
 func startEngineWith(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, func()) {
 	t.Helper()
-	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger())}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
+	e, cancel, done := runEngine(t, cfg, opts...)
 	select {
 	case err := <-done:
 		t.Fatalf("engine stopped at start: %v", err)
@@ -90,6 +84,20 @@ func startEngineWith(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, 
 			t.Error(err)
 		}
 	}
+}
+
+// runEngine builds an engine for cfg (quiet unless opts give a logger)
+// and runs it: cancel stops it, done receives what Run returned.
+func runEngine(t *testing.T, cfg *Config, opts ...EngineOption) (e *Engine, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(ctx) }()
+	return e, cancel, ran
 }
 
 // syncBuffer is a bytes.Buffer that an engine's logger may write to while
