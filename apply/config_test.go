@@ -55,6 +55,16 @@ func TestParseConfigDefaults(t *testing.T) {
 	if cfg.Kafka.FetchMaxBytes != DefaultFetchMaxBytes || cfg.Kafka.FetchMaxPartitionBytes != DefaultFetchMaxPartitionBytes {
 		t.Errorf("fetch bounds %d and %d, want the defaults", cfg.Kafka.FetchMaxBytes, cfg.Kafka.FetchMaxPartitionBytes)
 	}
+	if cfg.Kafka.InstanceID != "" || cfg.Kafka.SessionTimeout != 0 {
+		t.Errorf("instance_id %q and session_timeout %v set without being configured", cfg.Kafka.InstanceID, time.Duration(cfg.Kafka.SessionTimeout))
+	}
+	static, err := ParseConfig("static.yaml", []byte(strings.Replace(goodConfig, "group: cdcapply-shop", "group: cdcapply-shop\n  instance_id: shop-0\n  session_timeout: 2m", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if static.Kafka.InstanceID != "shop-0" || time.Duration(static.Kafka.SessionTimeout) != 2*time.Minute {
+		t.Errorf("instance_id %q, session_timeout %v; want shop-0 and 2m", static.Kafka.InstanceID, time.Duration(static.Kafka.SessionTimeout))
+	}
 	if cfg.Kafka.OnOffsetGap != "fail" || o.SchemaPolicy != "additive" || o.WriteMode != "copy-on-write" {
 		t.Errorf("built-in defaults not applied: %+v", cfg)
 	}
@@ -118,6 +128,18 @@ tables: [{name: t, topic: x, location: /a}]`, []string{"pipeline.memory_limit"}}
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g, fetch_max_bytes: 4, fetch_max_partition_bytes: 4294967296}
 tables: [{name: t, topic: x, location: /a}]`, []string{"kafka.fetch_max_bytes", "kafka.fetch_max_partition_bytes"}},
+		{"instance id with a space", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g, instance_id: "pod 0"}
+tables: [{name: t, topic: x, location: /a}]`, []string{"kafka.instance_id: 'pod 0' does not match"}},
+		{"session timeout too short", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g, session_timeout: 2s}
+tables: [{name: t, topic: x, location: /a}]`, []string{"kafka.session_timeout: 2s is outside 6s to 30m0s"}},
+		{"instance id dots, session timeout too long", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g, instance_id: "..", session_timeout: 31m}
+tables: [{name: t, topic: x, location: /a}]`, []string{`kafka.instance_id: ".." is not a valid`, "kafka.session_timeout: 31m0s is outside"}},
 		{"duplicate names", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -49,6 +49,9 @@ type Engine struct {
 
 	assignMu sync.Mutex                // guards assigned
 	assigned map[string]map[int32]bool // partitions this instance owns
+	// everAssigned is set by the first assignment; until then the poll
+	// loop says once, after assignWaitLog, why nothing is read.
+	everAssigned atomic.Bool
 
 	client *kgo.Client // set by Run
 	// OnCommit, when set, is called after every table commit (tests,
@@ -554,6 +557,12 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 	if e.cfg.Kafka.ClientID != "" {
 		opts = append(opts, kgo.ClientID(e.cfg.Kafka.ClientID))
 	}
+	if id := e.cfg.Kafka.InstanceID; id != "" {
+		opts = append(opts, kgo.InstanceID(id))
+	}
+	if st := e.cfg.Kafka.SessionTimeout; st > 0 {
+		opts = append(opts, kgo.SessionTimeout(time.Duration(st)))
+	}
 	// A position gone by retention must surface as an error, not a silent
 	// jump: the client reports OffsetOutOfRange instead of resetting.
 	if e.cfg.Kafka.OnOffsetGap == "skip" {
@@ -640,6 +649,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	// run (AllowRebalance, below): they drop revoked partitions' records
 	// from the buffers it reads.
 	wait := e.pollWait()
+	var runErr error // what stops the loop other than ctx
+	joined, waitLogged := e.clock(), false
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, wait)
 		for _, t := range e.tables {
@@ -668,12 +679,31 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		e.settleDone(ctx)
 		e.metrics.fetched(fetches)
+		var stop error
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
+			if gs := (*kgo.ErrGroupSession)(nil); errors.As(err, &gs) {
+				if err := e.groupError(err); stop == nil {
+					stop = err
+				}
+				return
+			}
 			e.fetchError(topic, partition, err)
 		})
+		if stop != nil {
+			// Fenced: the partitions are another member's now (the
+			// client has called onLost, which dropped their buffered
+			// records); this poll's records are not routed.
+			e.log.Error("stopping", "pipeline", e.cfg.Pipeline.ID, "err", stop)
+			runErr = stop
+			break
+		}
+		if !waitLogged && !e.everAssigned.Load() && e.clock().Sub(joined) >= assignWaitLog {
+			waitLogged = true
+			e.logAssignWait()
+		}
 		recs := fetches.Records()
 		pre := e.predecode(ctx, recs)
 		for i, r := range recs {
@@ -733,7 +763,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	cl.AllowRebalance()
-	return nil
+	return runErr
 }
 
 // checkpointShutdownWait bounds a shutdown's wait for the log checkpoints
@@ -830,6 +860,48 @@ func (e *Engine) due(t *tableRun, now time.Time) bool {
 	f := t.cfg.Flush
 	return len(t.buf.changes) >= f.MaxRecords || t.buf.bytes >= f.MaxBytes || now.Sub(t.buf.since) >= time.Duration(f.MaxLatency)
 }
+
+// assignWaitLog is how long after the Kafka client starts the engine says,
+// once, that the group has assigned it nothing yet.
+const assignWaitLog = 10 * time.Second
+
+// logAssignWait says why a process may read nothing for a while after a
+// start: the usual cause is a restart after a crash, whose dead member
+// the group keeps until its session lapses.
+func (e *Engine) logAssignWait() {
+	k := e.cfg.Kafka
+	st := time.Duration(k.SessionTimeout)
+	if st == 0 {
+		st = DefaultSessionTimeout
+	}
+	if k.InstanceID != "" {
+		e.log.Warn("no partitions assigned yet: the group has not assigned this static member any (other members may own them all, or the group is rebalancing)",
+			"group", k.Group, "instance_id", k.InstanceID, "waited", assignWaitLog)
+		return
+	}
+	e.log.Warn("no partitions assigned yet: after a crash the group waits for the dead member's session to time out before it assigns its partitions; kafka.instance_id lets a restarted process take them back at once",
+		"group", k.Group, "session_timeout", st, "waited", assignWaitLog)
+}
+
+// groupError handles an error of the consumer group's management, which
+// the client hands to a poll without a topic, and returns the error that
+// stops Run, if any. The client rejoins by itself after a back-off; the
+// error is logged once a minute with the group. A static member fenced by
+// another process with the same kafka.instance_id must not rejoin: the
+// two would take the group slot from each other in turn, so Run stops.
+func (e *Engine) groupError(err error) error {
+	k := e.cfg.Kafka
+	if errors.Is(err, kerr.FencedInstanceID) {
+		return fmt.Errorf("consumer group %s: another process joined with the same kafka.instance_id %q and fenced this one (an instance_id must be unique per process): %w", k.Group, k.InstanceID, err)
+	}
+	if log, repeat := e.repeats.due(groupErrKey(fetchErrorClass(err)), e.clock()); log {
+		e.log.Warn("consumer group error; the Kafka client rejoins after a back-off", append([]any{"group", k.Group, "instance_id", k.InstanceID, "err", err}, repeat...)...)
+	}
+	return nil
+}
+
+// groupErrKey is the class of a consumer group error, for repeatLog.
+type groupErrKey string
 
 // fetchError handles a partition's fetch error: a position deleted by
 // retention halts the table loudly; anything else is logged (franz-go
@@ -1926,6 +1998,7 @@ func failedCommits(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitRespons
 // onAssigned marks the tables of newly assigned partitions for reload: an
 // instance that lost and regained a partition must not trust its index.
 func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	e.everAssigned.Store(true)
 	e.assignMu.Lock()
 	for topic, parts := range assigned {
 		if e.assigned[topic] == nil {

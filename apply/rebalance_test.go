@@ -3,6 +3,7 @@ package apply
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -264,4 +265,42 @@ func TestRebalanceAndZombie(t *testing.T) {
 		t.Logf("instance B's log:\n%s", logB.String())
 	}
 	t.Logf("fenced batches: A %d, B %d; %d keys", a.fenced.Load(), b.fenced.Load(), len(oracle))
+}
+
+// TestStaticMemberFencedStops: a second process joining the group with the
+// same kafka.instance_id fences the first, whose Run stops with an error
+// naming the group and the id instead of rejoining (the client would
+// rejoin after a back-off, and the two would take the group slot from
+// each other in turn). The second goes on, and the table converges.
+func TestStaticMemberFencedStops(t *testing.T) {
+	c, p := kfakeOrders(t)
+	dir := t.TempDir()
+	table := dir + "/orders"
+	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Kafka.InstanceID = "shop-0"
+	fast := KafkaOptions(kgo.HeartbeatInterval(100 * time.Millisecond))
+	var log syncBuffer
+	_, cancel, done := runEngine(t, cfg, fast, Logger(slog.New(slog.NewTextHandler(&log, nil))))
+	defer cancel()
+	o := ordersOracle{}
+	updates(p, o, 0, 20)
+	waitPositions(t, table, "shop", "orders", p.ends)
+
+	_, stop := startEngineWith(t, cfg, fast)
+	defer stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, kerr.FencedInstanceID) || !strings.Contains(err.Error(), `kafka.instance_id "shop-0"`) || !strings.Contains(err.Error(), "consumer group cdcapply-test") {
+			t.Fatalf("the fenced engine stopped with %v, want FENCED_INSTANCE_ID naming the group and the instance id", err)
+		}
+		t.Logf("the fenced engine stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first engine did not stop after a second joined with its instance id:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "level=ERROR msg=stopping") {
+		t.Errorf("no error logged by the fenced engine:\n%s", log.String())
+	}
+	updates(p, o, 20, 40)
+	waitPositions(t, table, "shop", "orders", p.ends)
+	sameAsOracle(t, table, o, "after the fenced engine stopped")
 }

@@ -59,7 +59,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 	}
-	log.Info("starting", "pipeline", cfg.Pipeline.ID, "group", cfg.Kafka.Group, "tables", len(cfg.Tables))
+	log.Info("starting", "pipeline", cfg.Pipeline.ID, "group", cfg.Kafka.Group, "instance_id", cfg.Kafka.InstanceID, "tables", len(cfg.Tables))
 	if err := e.Run(ctx); err != nil {
 		return err
 	}

@@ -63,7 +63,10 @@ func startProcess(t *testing.T, bin, cfg, logPath string) (cmd *exec.Cmd, exited
 // placeholders, duplicates and replays) in an in-process Kafka, kills it
 // with SIGKILL at random moments and restarts it each time. The table ends
 // equal to the oracle, and the commitInfo accounting over every version
-// counts each record of the topic exactly once.
+// counts each record of the topic exactly once. The process is a static
+// member of its group (kafka.instance_id), so each restart reads again at
+// once (sigkillRun checks it); a dynamic member's restarts are
+// TestSIGKILLRealKafka's.
 func TestSIGKILLConvergesToOracle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a 100k-event stream")
@@ -73,11 +76,18 @@ func TestSIGKILLConvergesToOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000)
+	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, staticMember)
 }
 
+// staticMember is kafka.instance_id and a session timeout a restart must
+// not wait out.
+var staticMember = sigkillMember{instanceID: "crash-0", sessionTimeout: time.Minute}
+
 // TestSIGKILLRealKafka is the same against a real Apache Kafka broker
-// (CDCAPPLY_KAFKA_BROKERS, started by scripts/kafka.sh), on a fresh topic.
+// (CDCAPPLY_KAFKA_BROKERS, started by scripts/kafka.sh), on a fresh topic,
+// as a dynamic member (no kafka.instance_id, the default), whose every
+// restart waits for the killed member's session to time out, and as a
+// static one, whose restarts read again at once.
 func TestSIGKILLRealKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
@@ -89,13 +99,45 @@ func TestSIGKILLRealKafka(t *testing.T) {
 		}
 		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
 	}
-	sigkillRun(t, strings.Split(b, ","), fmt.Sprintf("sigkill%d", time.Now().UnixNano()), 30_000, 5_000)
+	for _, v := range []struct {
+		name         string
+		member       sigkillMember
+		events, keys int64
+	}{
+		// Each restart waits 45 s: a short stream keeps the kills few.
+		{"dynamic", sigkillMember{}, 30_000, 5_000},
+		{"static", staticMember, 100_000, 20_000},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			sigkillRun(t, strings.Split(b, ","), fmt.Sprintf("sigkill%d", time.Now().UnixNano()), v.events, v.keys, v.member)
+		})
+	}
+}
+
+// sigkillMember is how the killed process joins its consumer group.
+type sigkillMember struct {
+	instanceID     string        // kafka.instance_id; "" a dynamic member
+	sessionTimeout time.Duration // kafka.session_timeout; 0 the default
+}
+
+// kafkaFields is the member's part of the pipeline's kafka map.
+func (m sigkillMember) kafkaFields() string {
+	var s string
+	if m.instanceID != "" {
+		s += ", instance_id: " + m.instanceID
+	}
+	if m.sessionTimeout > 0 {
+		s += ", session_timeout: " + m.sessionTimeout.String()
+	}
+	return s
 }
 
 // sigkillRun produces a generated stream (server names its topics; ""
 // keeps the default) and kills `cdcapply run` at random moments until the
 // table catches up, then checks it against the oracle and the accounting.
-func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64) {
+// A static member's restarts must commit before half its session timeout:
+// a dynamic member's wait for the killed member's session to lapse first.
+func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64, member sigkillMember) {
 	bin := buildBinary(t)
 	wcfg := workload.Default()
 	wcfg.Seed = 42
@@ -138,11 +180,11 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "pipeline.yaml")
 	yaml := fmt.Sprintf(`pipeline: {id: crash}
-kafka: {brokers: [%s], group: crash-test-%s}
+kafka: {brokers: [%s], group: crash-test-%s%s}
 defaults: {flush: {max_latency: 200ms, max_records: 5000}}
 tables:
   - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
-`, brokers[0], wcfg.Server, g.Topic(), dir)
+`, brokers[0], wcfg.Server, member.kafkaFields(), g.Topic(), dir)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +206,7 @@ tables:
 	caughtUp := func() bool { p, _ := position(); return p == total }
 
 	rng := rand.New(rand.NewPCG(42, 1))
-	kills := 0
+	kills, restarts, slowRestarts := 0, 0, 0
 	// Each run is killed at a random moment after it committed at least
 	// once more, so the kills land all over the commit cycle (reading,
 	// writing data files, committing, checkpointing) rather than all before
@@ -172,10 +214,23 @@ tables:
 	for kills < 6 && !caughtUp() {
 		start, _ := position()
 		cmd, exited := startProcess(t, bin, cfgPath, logPath)
+		started := time.Now()
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 			if p, _ := position(); p > start || time.Now().After(deadline) {
 				break
 			}
+		}
+		took := time.Since(started)
+		t.Logf("start to first commit: %v", took.Round(time.Millisecond))
+		if kills > 0 && took >= 20*time.Second {
+			slowRestarts++
+		}
+		if kills > 0 {
+			restarts++
+		}
+		if member.instanceID != "" && kills > 0 && took > member.sessionTimeout/2 {
+			t.Errorf("restart %d as static member %s: first commit after %v, not before half the session timeout %v: the restart waited for the killed member's session",
+				kills, member.instanceID, took.Round(time.Millisecond), member.sessionTimeout)
 		}
 		wait := time.Duration(rng.IntN(1500)) * time.Millisecond
 		time.Sleep(wait)
@@ -203,6 +258,14 @@ tables:
 	<-exited
 	if kills == 0 {
 		t.Fatal("the process was never killed: the test proves nothing")
+	}
+	if member.instanceID != "" && restarts == 0 {
+		t.Fatal("no restart after a kill committed before the stream's end: the static member's restart is not shown")
+	}
+	// A restart that read nothing for 20 s says why, naming the setting
+	// that would have spared it.
+	if log, _ := os.ReadFile(logPath); slowRestarts > 0 && !strings.Contains(string(log), "no partitions assigned yet") {
+		t.Errorf("%d restarts waited 20 s or more for their partitions and the log never said why:\n%s", slowRestarts, tail(log, 3000))
 	}
 
 	diff, err := workload.Verify(ctx, table, g.Oracle(), 5)
