@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -41,7 +42,7 @@ func startProcess(t *testing.T, bin, cfg, logPath string) (cmd *exec.Cmd, exited
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(bin, "run", "-c", cfg, "-log-format", "text", "-log-level", "warn")
+	cmd = exec.Command(bin, "run", "-c", cfg, "-log-format", "text", "-log-level", "info")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The child dies with the test process (a test binary killed by its
 	// -timeout runs no cleanup), and with the test on any failure.
@@ -79,9 +80,29 @@ func TestSIGKILLConvergesToOracle(t *testing.T) {
 	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, staticMember)
 }
 
-// staticMember is kafka.instance_id and a session timeout a restart must
-// not wait out.
-var staticMember = sigkillMember{instanceID: "crash-0", sessionTimeout: time.Minute}
+// TestSIGKILLTwoProcesses is TestSIGKILLConvergesToOracle with two
+// processes in the group writing the one table (each with its own
+// instance id), a random one killed and restarted each time: the group
+// splits the partitions between them, their commits interleave in one
+// log (file rewrites conflict and are retried), and the table still ends
+// equal to the oracle with every record accounted for once.
+func TestSIGKILLTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a 100k-event stream")
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	two := staticMember
+	two.processes = 2
+	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, two)
+}
+
+// staticMember has kafka.instance_id set, and a session timeout a
+// restart must not wait out.
+var staticMember = sigkillMember{static: true, sessionTimeout: time.Minute}
 
 // TestSIGKILLRealKafka is the same against a real Apache Kafka broker
 // (CDCAPPLY_KAFKA_BROKERS, started by scripts/kafka.sh), on a fresh topic,
@@ -114,17 +135,18 @@ func TestSIGKILLRealKafka(t *testing.T) {
 	}
 }
 
-// sigkillMember is how the killed process joins its consumer group.
+// sigkillMember is how the killed processes join their consumer group.
 type sigkillMember struct {
-	instanceID     string        // kafka.instance_id; "" a dynamic member
+	static         bool          // kafka.instance_id crash-<process>; else a dynamic member
 	sessionTimeout time.Duration // kafka.session_timeout; 0 the default
+	processes      int           // processes in the group, writing the one table (0: one)
 }
 
-// kafkaFields is the member's part of the pipeline's kafka map.
-func (m sigkillMember) kafkaFields() string {
+// kafkaFields is process i's part of the pipeline's kafka map.
+func (m sigkillMember) kafkaFields(i int) string {
 	var s string
-	if m.instanceID != "" {
-		s += ", instance_id: " + m.instanceID
+	if m.static {
+		s += fmt.Sprintf(", instance_id: crash-%d", i)
 	}
 	if m.sessionTimeout > 0 {
 		s += ", session_timeout: " + m.sessionTimeout.String()
@@ -140,7 +162,17 @@ func (m sigkillMember) kafkaFields() string {
 func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64, member sigkillMember) {
 	bin := buildBinary(t)
 	wcfg := workload.Default()
-	wcfg.Seed = 42
+	// CDCAPPLY_SIGKILL_SEED picks another stream and other kill moments
+	// (a soak: run the tests with many).
+	seed := uint64(42)
+	if v := os.Getenv("CDCAPPLY_SIGKILL_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("CDCAPPLY_SIGKILL_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d", seed)
+	wcfg.Seed = seed
 	wcfg.Events = events
 	wcfg.Keys = keys
 	wcfg.SnapshotKeys = min(wcfg.SnapshotKeys, keys/2)
@@ -178,17 +210,29 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 	t.Logf("produced %d records (%d on the table's topic) in %v", st.Records, total, st.Elapsed)
 
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "pipeline.yaml")
-	yaml := fmt.Sprintf(`pipeline: {id: crash}
+	n := max(member.processes, 1)
+	cfgPaths, logPaths := make([]string, n), make([]string, n)
+	for i := range n {
+		cfgPaths[i] = filepath.Join(dir, fmt.Sprintf("pipeline-%d.yaml", i))
+		logPaths[i] = filepath.Join(dir, fmt.Sprintf("cdcapply-%d.log", i))
+		yaml := fmt.Sprintf(`pipeline: {id: crash}
 kafka: {brokers: [%s], group: crash-test-%s%s}
 defaults: {flush: {max_latency: 200ms, max_records: 5000}}
 tables:
   - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
-`, brokers[0], wcfg.Server, member.kafkaFields(), g.Topic(), dir)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
+`, brokers[0], wcfg.Server, member.kafkaFields(i), g.Topic(), dir)
+		if err := os.WriteFile(cfgPaths[i], []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	logPath := filepath.Join(dir, "cdcapply.log")
+	logs := func() string {
+		var all []byte
+		for _, p := range logPaths {
+			b, _ := os.ReadFile(p)
+			all = append(all, b...)
+		}
+		return string(all)
+	}
 	table := storage.NewLocal(filepath.Join(dir, "orders"))
 	position := func() (int64, *delta.Snapshot) {
 		snap, err := delta.Open(table).Snapshot(ctx)
@@ -204,16 +248,20 @@ tables:
 		return sum, snap
 	}
 	caughtUp := func() bool { p, _ := position(); return p == total }
+	cmds, exits := make([]*exec.Cmd, n), make([]chan struct{}, n)
+	for i := range n {
+		cmds[i], exits[i] = startProcess(t, bin, cfgPaths[i], logPaths[i])
+	}
 
-	rng := rand.New(rand.NewPCG(42, 1))
+	rng := rand.New(rand.NewPCG(seed, 1))
 	kills, restarts, slowRestarts := 0, 0, 0
-	// Each run is killed at a random moment after it committed at least
-	// once more, so the kills land all over the commit cycle (reading,
-	// writing data files, committing, checkpointing) rather than all before
-	// the first commit.
+	// Each run is killed at a random moment after the table took at least
+	// one more commit, so the kills land all over the commit cycle
+	// (reading, writing data files, committing, checkpointing) rather than
+	// all before the first commit. With several processes a random one is
+	// killed and restarted; the others go on.
 	for kills < 6 && !caughtUp() {
 		start, _ := position()
-		cmd, exited := startProcess(t, bin, cfgPath, logPath)
 		started := time.Now()
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 			if p, _ := position(); p > start || time.Now().After(deadline) {
@@ -222,50 +270,61 @@ tables:
 		}
 		took := time.Since(started)
 		t.Logf("start to first commit: %v", took.Round(time.Millisecond))
-		if kills > 0 && took >= 20*time.Second {
-			slowRestarts++
-		}
-		if kills > 0 {
+		// With one process, the commit awaited is the restarted one's.
+		if n == 1 && kills > 0 {
 			restarts++
-		}
-		if member.instanceID != "" && kills > 0 && took > member.sessionTimeout/2 {
-			t.Errorf("restart %d as static member %s: first commit after %v, not before half the session timeout %v: the restart waited for the killed member's session",
-				kills, member.instanceID, took.Round(time.Millisecond), member.sessionTimeout)
+			if took >= 20*time.Second {
+				slowRestarts++
+			}
+			if member.static && took > member.sessionTimeout/2 {
+				t.Errorf("restart %d as a static member: first commit after %v, not before half the session timeout %v: the restart waited for the killed member's session",
+					kills, took.Round(time.Millisecond), member.sessionTimeout)
+			}
 		}
 		wait := time.Duration(rng.IntN(1500)) * time.Millisecond
 		time.Sleep(wait)
+		i := rng.IntN(n)
 		before, _ := position()
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := cmds[i].Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-exited
+		<-exits[i]
 		kills++
-		t.Logf("kill %d, %v after a commit: %d of %d records applied", kills, wait, before, total)
+		t.Logf("kill %d of process %d, %v after a commit: %d of %d records applied", kills, i, wait, before, total)
+		cmds[i], exits[i] = startProcess(t, bin, cfgPaths[i], logPaths[i])
 	}
-	// The last run goes to the end, then stops gracefully.
-	cmd, exited := startProcess(t, bin, cfgPath, logPath)
+	// The last runs go to the end, then stop gracefully.
 	deadline := time.Now().Add(5 * time.Minute)
 	for !caughtUp() {
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			log, _ := os.ReadFile(logPath)
+			for _, c := range cmds {
+				_ = c.Process.Signal(syscall.SIGKILL)
+			}
 			p, _ := position()
-			t.Fatalf("not caught up after 5 minutes: %d of %d\n%s", p, total, tail(log, 3000))
+			t.Fatalf("not caught up after 5 minutes: %d of %d\n%s", p, total, tail([]byte(logs()), 3000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	<-exited
+	for i, c := range cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		<-exits[i]
+	}
 	if kills == 0 {
 		t.Fatal("the process was never killed: the test proves nothing")
 	}
-	if member.instanceID != "" && restarts == 0 {
+	if member.static && n == 1 && restarts == 0 {
 		t.Fatal("no restart after a kill committed before the stream's end: the static member's restart is not shown")
+	}
+	// Every process of the group wrote to the table.
+	for i, p := range logPaths {
+		if b, _ := os.ReadFile(p); n > 1 && !strings.Contains(string(b), "msg=committed") {
+			t.Errorf("process %d of %d never committed: the processes did not share the table", i, n)
+		}
 	}
 	// A restart that read nothing for 20 s says why, naming the setting
 	// that would have spared it.
-	if log, _ := os.ReadFile(logPath); slowRestarts > 0 && !strings.Contains(string(log), "no partitions assigned yet") {
-		t.Errorf("%d restarts waited 20 s or more for their partitions and the log never said why:\n%s", slowRestarts, tail(log, 3000))
+	if slowRestarts > 0 && !strings.Contains(logs(), "no partitions assigned yet") {
+		t.Errorf("%d restarts waited 20 s or more for their partitions and the log never said why:\n%s", slowRestarts, tail([]byte(logs()), 3000))
 	}
 
 	diff, err := workload.Verify(ctx, table, g.Oracle(), 5)
