@@ -2,10 +2,13 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -22,20 +25,82 @@ type Brokers struct {
 	Opts []kgo.Opt
 }
 
-// EndOffsets lists the end offsets of every partition of topics.
-func (b Brokers) EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error) {
+// client connects to the brokers for one question, bounded by Timeout:
+// done closes the client and releases the context.
+func (b Brokers) client(ctx context.Context) (_ *kgo.Client, _ context.Context, done func(), _ error) {
 	timeout := b.Timeout
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	opts := append([]kgo.Opt{kgo.SeedBrokers(b.Seeds...), kgo.DialTimeout(timeout), kgo.RetryTimeout(timeout)}, b.Opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to brokers: %w", err)
+		cancel()
+		return nil, nil, nil, fmt.Errorf("connect to brokers: %w", err)
 	}
-	defer cl.Close()
+	return cl, ctx, func() { cl.Close(); cancel() }, nil
+}
+
+// DescribeGroup asks the group's coordinator for its state and members,
+// and which partitions each member was assigned.
+func (b Brokers) DescribeGroup(ctx context.Context, group string) (*Group, error) {
+	cl, ctx, done, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("describe consumer group %s: %w", group, err)
+	}
+	d, ok := described[group]
+	if !ok {
+		return nil, fmt.Errorf("describe consumer group %s: not in the answer", group)
+	}
+	if errors.Is(d.Err, kerr.GroupIDNotFound) {
+		// No process ever joined, or the group expired: Kafka describes
+		// such a group as Dead, with no members (kfake answers this error).
+		return &Group{Name: group, State: "Dead", Members: []Member{}}, nil
+	}
+	if d.Err != nil {
+		return nil, fmt.Errorf("describe consumer group %s: %w", group, d.Err)
+	}
+	g := &Group{Name: group, State: d.State, Members: []Member{}}
+	for _, dm := range d.Members {
+		m := Member{ClientID: dm.ClientID, Host: dm.ClientHost, Partitions: []string{}}
+		if dm.InstanceID != nil {
+			m.InstanceID = *dm.InstanceID
+		}
+		if a, ok := dm.Assigned.AsConsumer(); ok {
+			var tps []checkpoint.TopicPartition
+			for _, tp := range a.Topics {
+				for _, p := range tp.Partitions {
+					tps = append(tps, checkpoint.TopicPartition{Topic: tp.Topic, Partition: p})
+				}
+			}
+			sort.Slice(tps, func(i, j int) bool {
+				if tps[i].Topic != tps[j].Topic {
+					return tps[i].Topic < tps[j].Topic
+				}
+				return tps[i].Partition < tps[j].Partition
+			})
+			for _, tp := range tps {
+				m.Partitions = append(m.Partitions, fmt.Sprintf("%s/%d", tp.Topic, tp.Partition))
+			}
+		}
+		g.Members = append(g.Members, m)
+	}
+	return g, nil
+}
+
+// EndOffsets lists the end offsets of every partition of topics.
+func (b Brokers) EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error) {
+	cl, ctx, done, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	out := map[checkpoint.TopicPartition]int64{}
 	if len(topics) == 0 {
 		// Still ask something so an unreachable cluster shows as such.

@@ -39,6 +39,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("\n")
 		writeTable(&b, t)
 	}
+	if r.Group != nil {
+		b.WriteString("\n")
+		writeGroup(&b, r.Group)
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
@@ -122,6 +126,84 @@ func writeTable(b *strings.Builder, t Table) {
 		fmt.Fprintf(pw, "  %s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, p.Topic, p.Partition, next, hw, lag)
 	}
 	pw.Flush()
+}
+
+// writeGroup writes the consumer group: each member and what it reads,
+// and the tables' partitions nobody reads.
+func writeGroup(b *strings.Builder, g *Group) {
+	if g.Error != "" {
+		fmt.Fprintf(b, "consumer group %s: unknown (%s)\n", g.Name, g.Error)
+		return
+	}
+	members := fmt.Sprintf("%d members", len(g.Members))
+	if len(g.Members) == 1 {
+		members = "1 member"
+	}
+	fmt.Fprintf(b, "consumer group %s: %s, %s\n", g.Name, g.State, members)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	if len(g.Members) > 0 {
+		fmt.Fprintln(tw, "  INSTANCE\tCLIENT\tHOST\tPARTITIONS")
+	}
+	for _, m := range g.Members {
+		id := m.InstanceID
+		if id == "" {
+			id = "(dynamic)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", id, m.ClientID, m.Host, partitionsText(m.Partitions))
+	}
+	tw.Flush()
+	if len(g.Unassigned) > 0 {
+		fmt.Fprintf(b, "  unassigned: %s (no member reads them: nothing applies them until the group assigns them)\n", partitionsText(g.Unassigned))
+	}
+}
+
+// partitionsText writes "topic/partition" lists compactly, a topic's
+// consecutive partitions as a range: "orders/0-3,5 customers/0". The list
+// is in order, a topic's partitions ascending.
+func partitionsText(tps []string) string {
+	if len(tps) == 0 {
+		return "-"
+	}
+	var out []string
+	var topic string
+	var parts []string
+	from, to := -1, -1
+	flushRange := func() {
+		if from < 0 {
+			return
+		}
+		if from == to {
+			parts = append(parts, fmt.Sprint(from))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", from, to))
+		}
+		from, to = -1, -1
+	}
+	flushTopic := func() {
+		flushRange()
+		if len(parts) > 0 {
+			out = append(out, topic+"/"+strings.Join(parts, ","))
+		}
+		parts = nil
+	}
+	for _, tp := range tps {
+		i := strings.LastIndexByte(tp, '/')
+		t := tp[:i]
+		var p int
+		fmt.Sscan(tp[i+1:], &p)
+		if t != topic {
+			flushTopic()
+			topic = t
+		}
+		if from >= 0 && p == to+1 {
+			to = p
+			continue
+		}
+		flushRange()
+		from, to = p, p
+	}
+	flushTopic()
+	return strings.Join(out, " ")
 }
 
 func logText(l Log) string {

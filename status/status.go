@@ -32,6 +32,38 @@ type EndOffsets interface {
 	EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error)
 }
 
+// GroupDescriber asks a consumer group's coordinator for its members.
+type GroupDescriber interface {
+	DescribeGroup(ctx context.Context, group string) (*Group, error)
+}
+
+// Group is the pipeline's consumer group as its coordinator describes it:
+// which process reads which partition. The tables' positions never depend
+// on it; it says who applies each partition now.
+type Group struct {
+	Name string `json:"name"`
+	// State is the coordinator's: Stable, PreparingRebalance,
+	// CompletingRebalance, Empty (no process is a member) or Dead.
+	State   string   `json:"state,omitempty"`
+	Members []Member `json:"members"`
+	// Unassigned are the tables' partitions (those the report lists) that
+	// no member reads: nobody applies them until the group assigns them.
+	Unassigned []string `json:"unassigned,omitempty"`
+	// Error is why the group could not be described.
+	Error string `json:"error,omitempty"`
+}
+
+// Member is one process of the group.
+type Member struct {
+	// InstanceID is kafka.instance_id (a static member); empty for a
+	// dynamic one.
+	InstanceID string `json:"instance_id,omitempty"`
+	ClientID   string `json:"client_id"`
+	Host       string `json:"host"`
+	// Partitions are "topic/partition", sorted.
+	Partitions []string `json:"partitions"`
+}
+
 // Source names one table to report on.
 type Source struct {
 	// Name is the table's name in the configuration (or its location).
@@ -58,6 +90,10 @@ type Options struct {
 	// Versions is how many versions, newest first, are checked for time
 	// travel; 20 when zero.
 	Versions int
+	// Group is the consumer group to describe with Members; both set or
+	// the report has no group.
+	Group   string
+	Members GroupDescriber
 }
 
 // Report is the whole status.
@@ -70,6 +106,9 @@ type Report struct {
 	BrokerError string `json:"broker_error,omitempty"`
 	// Tables are in the order the sources were given.
 	Tables []Table `json:"tables"`
+	// Group is the consumer group, when one was given and the brokers
+	// answered.
+	Group *Group `json:"group,omitempty"`
 }
 
 // Table is one table's status.
@@ -281,7 +320,37 @@ func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error
 	for i := range rep.Tables {
 		addLag(&rep.Tables[i], ends)
 	}
+	if opts.Group != "" && opts.Members != nil {
+		rep.Group = describeGroup(ctx, opts, rep.Tables)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("gather status: %w", err)
+		}
+	}
 	return rep, nil
+}
+
+// describeGroup asks for the group's members and lists the tables'
+// partitions none of them reads.
+func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
+	g, err := opts.Members.DescribeGroup(ctx, opts.Group)
+	if err != nil {
+		return &Group{Name: opts.Group, Members: []Member{}, Error: err.Error()}
+	}
+	read := map[string]bool{}
+	for _, m := range g.Members {
+		for _, p := range m.Partitions {
+			read[p] = true
+		}
+	}
+	for _, t := range tables {
+		for _, p := range t.Partitions {
+			if tp := fmt.Sprintf("%s/%d", p.Topic, p.Partition); !read[tp] {
+				g.Unassigned = append(g.Unassigned, tp)
+				read[tp] = true // a topic shared by two tables is listed once
+			}
+		}
+	}
+	return g
 }
 
 // addLag fills in high watermarks and lags; partitions of the table's

@@ -44,3 +44,21 @@ func TestAddLag(t *testing.T) {
 		t.Errorf("text:\n%s", b.String())
 	}
 }
+
+// TestPartitionsText: a topic's consecutive partitions are written as a
+// range, numbers compared as numbers.
+func TestPartitionsText(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, "-"},
+		{[]string{"orders/0"}, "orders/0"},
+		{[]string{"orders/0", "orders/1", "orders/2", "orders/3", "orders/5", "orders/9", "orders/10", "orders/11"}, "orders/0-3,5,9-11"},
+		{[]string{"a.b/1", "a.b/2", "c/0"}, "a.b/1-2 c/0"},
+	} {
+		if got := partitionsText(tc.in); got != tc.want {
+			t.Errorf("partitionsText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

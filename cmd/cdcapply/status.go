@@ -40,6 +40,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	name := fs.String("name", "", "with --config, only this table")
 	pipeline := fs.String("pipeline", "", "with --table, the pipeline whose positions to report (default: every cdcapply pipeline in the table)")
 	brokers := fs.String("brokers", "", "comma-separated Kafka brokers for lag (default: the configuration's; none: lag unknown)")
+	group := fs.String("group", "", "consumer group whose members to show, with the partitions each reads (default: the configuration's kafka.group)")
 	versions := fs.Int("versions", 20, "check this many recent versions for time travel")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := parseFlags(fs, args); err != nil {
@@ -57,6 +58,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 			return err
 		}
 		seeds = cfg.Kafka.Brokers
+		if *group == "" {
+			*group = cfg.Kafka.Group
+		}
 		for _, tc := range cfg.Tables {
 			if *name != "" && tc.Name != *name {
 				continue
@@ -81,6 +85,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	opts := status.Options{Now: env.now, Versions: *versions}
 	if len(seeds) > 0 {
 		opts.Offsets = env.offsets(seeds)
+		if d, ok := opts.Offsets.(status.GroupDescriber); ok && *group != "" {
+			opts.Group, opts.Members = *group, d
+		}
 	}
 	rep, err := status.Gather(ctx, sources, opts)
 	if err != nil {

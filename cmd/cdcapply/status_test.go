@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdcapply/cdcapply/apply"
+	"github.com/cdcapply/cdcapply/bench/workload"
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
@@ -53,6 +54,21 @@ func (f fixedOffsets) EndOffsets(_ context.Context, topics []string) (map[checkp
 		}
 	}
 	return out, nil
+}
+
+// DescribeGroup answers for group g with one static member reading
+// customers/0 and orders/0 (orders/1 is nobody's), and fails like
+// EndOffsets when the cluster is down.
+func (f fixedOffsets) DescribeGroup(_ context.Context, group string) (*status.Group, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	if group != "g" {
+		return nil, fmt.Errorf("describe consumer group %s: GROUP_ID_NOT_FOUND", group)
+	}
+	return &status.Group{Name: group, State: "Stable", Members: []status.Member{
+		{InstanceID: "p-0", ClientID: "cdcapply", Host: "/10.0.0.7", Partitions: []string{"customers/0", "orders/0"}},
+	}}, nil
 }
 
 // statusChange builds one change of a table (id bigint key, status string).
@@ -449,5 +465,141 @@ func TestStatusBrokers(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("status with a down broker took %s", d)
+	}
+}
+
+// TestStatusGroupMembers runs two engines in one group (static members
+// s-0 and s-1) over a three-partition topic on an in-process Kafka and
+// asks `cdcapply status --config` who reads what: both members with their
+// instance ids, the partitions split between them, none unassigned. A
+// group named on the command line that has no members lists every
+// partition as unassigned.
+func TestStatusGroupMembers(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	statusGroupMembers(t, c.ListenAddrs(), "")
+}
+
+// TestStatusGroupMembersRealKafka is the same against a real Apache Kafka
+// broker (CDCAPPLY_KAFKA_BROKERS), on a fresh topic and group.
+func TestStatusGroupMembersRealKafka(t *testing.T) {
+	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
+	if b == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
+		}
+		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
+	}
+	statusGroupMembers(t, strings.Split(b, ","), fmt.Sprintf("members%d", time.Now().UnixNano()))
+}
+
+// statusGroupMembers is TestStatusGroupMembers on brokers; server names
+// the topics ("" keeps the default).
+func statusGroupMembers(t *testing.T, brokers []string, server string) {
+	wcfg := workload.Default()
+	wcfg.Events, wcfg.Keys, wcfg.SnapshotKeys, wcfg.Partitions = 2000, 500, 200, 3
+	if server != "" {
+		wcfg.Server = server
+	}
+	g, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workload.Produce(ctx, cl, g, 1000, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "pipeline.yaml")
+	yaml := fmt.Sprintf(`pipeline: {id: members}
+kafka: {brokers: [%s], group: members-test%s}
+defaults: {flush: {max_latency: 100ms}}
+tables:
+  - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
+`, brokers[0], server, g.Topic(), dir)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s-0", "s-1"} {
+		cfg, err := apply.LoadConfig(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Kafka.InstanceID = id
+		e, err := apply.NewEngine(cfg, apply.Logger(auditLogger(&bytes.Buffer{})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- e.Run(rctx) }()
+		defer func() {
+			cancel()
+			if err := <-ran; err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	var rep status.Report
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := cli(t, "status", "--config", cfgPath, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep = status.Report{}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if gr := rep.Group; gr != nil && gr.State == "Stable" && len(gr.Members) == 2 && len(gr.Unassigned) == 0 && len(rep.Tables[0].Partitions) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group never showed two members sharing the three partitions:\n%s", out)
+		}
+	}
+	read := map[string]string{}
+	for _, m := range rep.Group.Members {
+		if m.InstanceID != "s-0" && m.InstanceID != "s-1" || len(m.Partitions) == 0 {
+			t.Errorf("member %+v: want instance s-0 or s-1 reading at least one partition", m)
+		}
+		for _, p := range m.Partitions {
+			if other, ok := read[p]; ok {
+				t.Errorf("%s read by %s and %s", p, other, m.InstanceID)
+			}
+			read[p] = m.InstanceID
+		}
+	}
+	for p := range 3 {
+		if tp := fmt.Sprintf("%s/%d", g.Topic(), p); read[tp] == "" {
+			t.Errorf("%s read by no member: %+v", tp, rep.Group)
+		}
+	}
+	text, err := cli(t, "status", "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status text", text, "consumer group members-test"+server+": Stable, 2 members", "s-0", "s-1")
+
+	out, err := cli(t, "status", "--config", cfgPath, "--group", "nobody"+server, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = status.Report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if gr := rep.Group; gr == nil || len(gr.Members) != 0 || len(gr.Unassigned) != 3 {
+		t.Errorf("a group without members: %+v, want every partition unassigned", rep.Group)
 	}
 }
