@@ -84,25 +84,30 @@ func TestSIGKILLConvergesToOracle(t *testing.T) {
 // processes in the group writing the one table (each with its own
 // instance id), a random one killed and restarted each time: the group
 // splits the partitions between them, their commits interleave in one
-// log (file rewrites conflict and are retried), and the table still ends
-// equal to the oracle with every record accounted for once.
+// log (file rewrites and deletion vectors conflict and are retried), and
+// the table still ends equal to the oracle with every record accounted
+// for once, in both write modes.
 func TestSIGKILLTwoProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a 100k-event stream")
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"copy-on-write", "merge-on-read"} {
+		t.Run(mode, func(t *testing.T) {
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			two := staticMember
+			two.processes, two.writeMode = 2, mode
+			sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, two)
+		})
 	}
-	defer cluster.Close()
-	two := staticMember
-	two.processes = 2
-	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, two)
 }
 
 // staticMember has kafka.instance_id set, and a session timeout a
 // restart must not wait out.
-var staticMember = sigkillMember{static: true, sessionTimeout: time.Minute}
+var staticMember = sigkillCase{static: true, sessionTimeout: time.Minute}
 
 // TestSIGKILLRealKafka is the same against a real Apache Kafka broker
 // (CDCAPPLY_KAFKA_BROKERS, started by scripts/kafka.sh), on a fresh topic,
@@ -122,11 +127,11 @@ func TestSIGKILLRealKafka(t *testing.T) {
 	}
 	for _, v := range []struct {
 		name         string
-		member       sigkillMember
+		member       sigkillCase
 		events, keys int64
 	}{
 		// Each restart waits 45 s: a short stream keeps the kills few.
-		{"dynamic", sigkillMember{}, 30_000, 5_000},
+		{"dynamic", sigkillCase{}, 30_000, 5_000},
 		{"static", staticMember, 100_000, 20_000},
 	} {
 		t.Run(v.name, func(t *testing.T) {
@@ -135,15 +140,25 @@ func TestSIGKILLRealKafka(t *testing.T) {
 	}
 }
 
-// sigkillMember is how the killed processes join their consumer group.
-type sigkillMember struct {
+// sigkillCase is how the killed processes join their consumer group, how
+// many there are, and how they write the table.
+type sigkillCase struct {
 	static         bool          // kafka.instance_id crash-<process>; else a dynamic member
 	sessionTimeout time.Duration // kafka.session_timeout; 0 the default
 	processes      int           // processes in the group, writing the one table (0: one)
+	writeMode      string        // the table's write_mode; "" the default (copy-on-write)
+}
+
+// tableFields is the case's part of the table's map.
+func (m sigkillCase) tableFields() string {
+	if m.writeMode == "" {
+		return ""
+	}
+	return ", write_mode: " + m.writeMode
 }
 
 // kafkaFields is process i's part of the pipeline's kafka map.
-func (m sigkillMember) kafkaFields(i int) string {
+func (m sigkillCase) kafkaFields(i int) string {
 	var s string
 	if m.static {
 		s += fmt.Sprintf(", instance_id: crash-%d", i)
@@ -159,7 +174,7 @@ func (m sigkillMember) kafkaFields(i int) string {
 // table catches up, then checks it against the oracle and the accounting.
 // A static member's restarts must commit before half its session timeout:
 // a dynamic member's wait for the killed member's session to lapse first.
-func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64, member sigkillMember) {
+func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64, member sigkillCase) {
 	bin := buildBinary(t)
 	wcfg := workload.Default()
 	// CDCAPPLY_SIGKILL_SEED picks another stream and other kill moments
@@ -219,8 +234,8 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 kafka: {brokers: [%s], group: crash-test-%s%s}
 defaults: {flush: {max_latency: 200ms, max_records: 5000}}
 tables:
-  - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
-`, brokers[0], wcfg.Server, member.kafkaFields(i), g.Topic(), dir)
+  - {name: orders, topic: %s, location: %s/orders, key_columns: [id]%s}
+`, brokers[0], wcfg.Server, member.kafkaFields(i), g.Topic(), dir, member.tableFields())
 		if err := os.WriteFile(cfgPaths[i], []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -335,6 +350,17 @@ tables:
 		t.Fatalf("after %d SIGKILLs the table differs from the oracle: %s", kills, diff)
 	}
 	_, snap := position()
+	if member.writeMode == "merge-on-read" {
+		dvs := 0
+		for _, a := range snap.Files() {
+			if a.DeletionVector != nil {
+				dvs++
+			}
+		}
+		if dvs == 0 {
+			t.Error("write_mode merge-on-read, yet no live file has a deletion vector")
+		}
+	}
 	var read, parts int64
 	for v := int64(0); v <= snap.Version; v++ {
 		acts, err := delta.Open(table).ReadCommit(ctx, v)
