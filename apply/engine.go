@@ -879,7 +879,7 @@ func (e *Engine) logAssignWait() {
 			"group", k.Group, "instance_id", k.InstanceID, "waited", assignWaitLog)
 		return
 	}
-	e.log.Warn("no partitions assigned yet: after a crash the group waits for the dead member's session to time out before it assigns its partitions; kafka.instance_id lets a restarted process take them back at once",
+	e.log.Warn("no partitions assigned yet: if a process of this group crashed, the group waits for its session to time out before it assigns its partitions; kafka.instance_id lets a restarted process take them back at once",
 		"group", k.Group, "session_timeout", st, "waited", assignWaitLog)
 }
 
