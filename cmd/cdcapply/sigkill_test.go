@@ -195,23 +195,8 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 	if server != "" {
 		wcfg.Server = server
 	}
-	g, err := workload.New(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, st := produceStream(t, brokers, wcfg, 5000)
 	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
-		t.Fatal(err)
-	}
-	st, err := workload.Produce(ctx, cl, g, 5000, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ends := map[int32]int64{}
 	total := int64(0)
 	regen, _ := workload.New(wcfg)
@@ -380,6 +365,31 @@ tables:
 		t.Fatalf("accounting over %d versions: read %d, applied+stale+skipped+quarantined %d, want %d each", snap.Version+1, read, parts, total)
 	}
 	t.Logf("%d SIGKILLs; version %d; table equals the oracle (%s); %d records accounted for once each", kills, snap.Version, diff, total)
+}
+
+// produceStream creates wcfg's topics on brokers and produces its stream
+// there, batch records a request; it returns the generator (its oracle
+// knows the final table) and what was produced.
+func produceStream(t *testing.T, brokers []string, wcfg workload.Config, batch int) (*workload.Generator, workload.ProduceStats) {
+	t.Helper()
+	g, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err := workload.Produce(ctx, cl, g, batch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, st
 }
 
 func tail(b []byte, n int) string {

@@ -504,22 +504,8 @@ func statusGroupMembers(t *testing.T, brokers []string, server string) {
 	if server != "" {
 		wcfg.Server = server
 	}
-	g, err := workload.New(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, _ := produceStream(t, brokers, wcfg, 1000)
 	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := workload.Produce(ctx, cl, g, 1000, nil); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "pipeline.yaml")
 	yaml := fmt.Sprintf(`pipeline: {id: members}
