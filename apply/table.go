@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/cdcapply/cdcapply/checkpoint"
@@ -648,12 +647,7 @@ func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
 	for tp := range b.Ranges {
 		tps = append(tps, tp)
 	}
-	sort.Slice(tps, func(i, j int) bool {
-		if tps[i].Topic != tps[j].Topic {
-			return tps[i].Topic < tps[j].Topic
-		}
-		return tps[i].Partition < tps[j].Partition
-	})
+	slices.SortFunc(tps, checkpoint.TopicPartition.Compare)
 	ranges := make([]map[string]any, 0, len(tps))
 	for _, tp := range tps {
 		r := b.Ranges[tp]

@@ -14,8 +14,9 @@
 package checkpoint
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,12 @@ type TopicPartition struct {
 }
 
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s/%d", tp.Topic, tp.Partition) }
+
+// Compare orders partitions by topic, then partition number (for
+// slices.SortFunc).
+func (tp TopicPartition) Compare(o TopicPartition) int {
+	return cmp.Or(strings.Compare(tp.Topic, o.Topic), cmp.Compare(tp.Partition, o.Partition))
+}
 
 // AppID is the txn appId of one partition of one pipeline:
 // "cdcapply/<pipeline>/<topic>/<partition>". Kafka topic names cannot hold
@@ -103,12 +110,7 @@ func (p Positions) Sorted() []TopicPartition {
 	for tp := range p {
 		out = append(out, tp)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
+	slices.SortFunc(out, TopicPartition.Compare)
 	return out
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -79,14 +79,9 @@ func (b Brokers) DescribeGroup(ctx context.Context, group string) (*Group, error
 					tps = append(tps, checkpoint.TopicPartition{Topic: tp.Topic, Partition: p})
 				}
 			}
-			sort.Slice(tps, func(i, j int) bool {
-				if tps[i].Topic != tps[j].Topic {
-					return tps[i].Topic < tps[j].Topic
-				}
-				return tps[i].Partition < tps[j].Partition
-			})
+			slices.SortFunc(tps, checkpoint.TopicPartition.Compare)
 			for _, tp := range tps {
-				m.Partitions = append(m.Partitions, fmt.Sprintf("%s/%d", tp.Topic, tp.Partition))
+				m.Partitions = append(m.Partitions, tp.String())
 			}
 		}
 		g.Members = append(g.Members, m)

@@ -344,7 +344,7 @@ func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
 	}
 	for _, t := range tables {
 		for _, p := range t.Partitions {
-			if tp := fmt.Sprintf("%s/%d", p.Topic, p.Partition); !read[tp] {
+			if tp := (checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}).String(); !read[tp] {
 				g.Unassigned = append(g.Unassigned, tp)
 				read[tp] = true // a topic shared by two tables is listed once
 			}
