@@ -170,6 +170,11 @@ type tableRun struct {
 	reopen atomic.Bool
 	halted error
 
+	// seenIDs are the topic IDs the table's fetches carried (poll loop
+	// only): checked against the table's recorded ones (TopicsDomain)
+	// when a topic's first appears or changes, and recorded by each batch.
+	seenIDs map[string]seenTopicID
+
 	// A registry outage holds the table: its buffer is dropped, its
 	// partitions paused, records routed to it ignored until holdUntil,
 	// when it is re-seeked to its positions and resumed (see holdTable).
@@ -233,6 +238,10 @@ type inflight struct {
 	pos    checkpoint.Positions
 	layout *Layout
 	guard  tombstone.Guard
+	// topicIDs and topicIDsErr are the applier's TopicIDs before the
+	// batch, read by the loop as pos is.
+	topicIDs    map[string]string
+	topicIDsErr error
 
 	// Set by the applying goroutine before done is closed.
 	res       *Result
@@ -679,6 +688,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		e.settleDone(ctx)
 		e.metrics.fetched(fetches)
+		e.checkTopicIDs(fetches)
 		var stop error
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -915,8 +925,16 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 	if errors.Is(err, kerr.OffsetOutOfRange) {
 		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
 		next, _ := t.positions().Next(tp)
-		e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention); changes would be lost: %w",
+		e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention, or past the end of a partition whose log was truncated); changes would be lost: %w",
 			t.cfg.Name, topic, partition, next, err))
+		return
+	}
+	if errors.Is(err, kerr.UnknownTopicID) {
+		// The client reports it only after several refusals in a row (a
+		// new topic's first moments are retried): the topic this process
+		// reads is gone, and the client will not read its name again.
+		e.halt(t, haltTopicRecreated, &TopicRecreatedError{Table: t.cfg.Name, Topic: topic,
+			Recorded: t.seenIDs[topic].s, Next: nextOffsetsOf(t.positions(), topic)})
 		return
 	}
 	class := fetchErrorClass(err)
@@ -1461,6 +1479,7 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 	c := &Change{Seq: ch.Seq.Key(), SourceTsMicros: ch.SourceTsMs * 1000,
 		Pos: Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
 	b := &Batch{Read: 1, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{tp: {From: r.Offset, Next: r.Offset + 1}}}
+	t.noteBatchTopicID(b, tp.Topic)
 	res, err := t.applier.Truncate(ctx, c, b)
 	e.metrics.stageEnded(t.cfg.Name)
 	if err != nil {
@@ -1629,6 +1648,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	refreshed := time.Since(refreshStart)
 	b := &Batch{Changes: t.buf.changes, Ranges: map[checkpoint.TopicPartition]checkpoint.Range{}}
 	for tp, pb := range t.buf.parts {
+		t.noteBatchTopicID(b, tp.Topic)
 		b.Ranges[tp] = pb.rng
 		b.Read += pb.read
 		b.Skipped += pb.skipped
@@ -1661,6 +1681,7 @@ func (e *Engine) startFlush(ctx context.Context, t *tableRun) bool {
 	f := &inflight{done: make(chan struct{}), buf: t.buf, b: b,
 		rowsBefore: t.applier.rows(), refreshed: refreshed, quarantined: quarantined,
 		pos: t.applier.Positions(), layout: t.applier.Layout(), guard: t.guard()}
+	f.topicIDs, f.topicIDsErr = t.applier.TopicIDs()
 	t.buf.reset()
 	t.inflight = f
 	// The commit is not cut short by the engine's shutdown: a batch whose
@@ -1717,6 +1738,11 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 		case errors.Is(err, ErrFenced):
 			e.fenced.Add(1)
 			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
+		case errors.Is(err, ErrTopicRecreated):
+			// Reading it again would meet the same topic: nothing but a
+			// rebuild of the table helps.
+			e.halt(t, haltTopicRecreated, err)
+			return false
 		case recover:
 			e.log.Error("table commit failed; retrying from the table's positions", "table", t.cfg.Name, "err", err)
 		default:

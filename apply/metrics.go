@@ -126,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
 			Help: "1 while the table is being applied, 0 once it halted."}, table),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_halted",
-			Help: "1 when the table halted, with the class of the reason (schema, truncate, offset_gap, open)."}, []string{"table", "reason"}),
+			Help: "1 when the table halted, with the class of the reason (schema, truncate, offset_gap, topic_recreated, open)."}, []string{"table", "reason"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_partition_lag_records",
 			Help: "High watermark of the partition minus the table's applied position. The watermark comes from the latest fetch, and while the engine waits for a commit (fetching nothing) from the brokers' end offsets every 10 s."},
 			[]string{"table", "topic", "partition"}),

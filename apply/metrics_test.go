@@ -180,7 +180,7 @@ cdcapply_table_freshness_seconds{table="orders"} 60
 cdcapply_table_running{table="audit"} 1
 cdcapply_table_running{table="items"} 0
 cdcapply_table_running{table="orders"} 1
-# HELP cdcapply_table_halted 1 when the table halted, with the class of the reason (schema, truncate, offset_gap, open).
+# HELP cdcapply_table_halted 1 when the table halted, with the class of the reason (schema, truncate, offset_gap, topic_recreated, open).
 # TYPE cdcapply_table_halted gauge
 cdcapply_table_halted{reason="schema",table="items"} 1
 # HELP cdcapply_table_rows Rows the table holds by state: live, or tombstone (soft-deleted, kept until a purge); from the engine's key index after each commit and at start.

@@ -27,6 +27,11 @@ var ErrFenced = errors.New("fenced: another writer advanced a partition of this 
 type Batch struct {
 	Changes []*Change
 	Ranges  map[checkpoint.TopicPartition]checkpoint.Range
+	// TopicIDs are the Kafka topic IDs of the topics the batch was read
+	// from (as Kafka's tools print them), when the brokers send them: the
+	// commit records those the table lacks (TopicsDomain) and refuses to
+	// record positions of a topic whose recorded ID differs.
+	TopicIDs map[string]string
 	// Records counts what was read, by outcome, for commitInfo.
 	Read, Skipped, Quarantined int
 }
@@ -112,6 +117,10 @@ type TableApplier struct {
 	// done again and again on the hot path.
 	positions checkpoint.Positions
 	posSnap   *delta.Snapshot
+	// topicIDs caches TopicIDs for topicIDsSnap, as positions does.
+	topicIDs     map[string]string
+	topicIDsErr  error
+	topicIDsSnap *delta.Snapshot
 }
 
 // NewTableApplier opens the applier of a table; Open must be called before
@@ -228,6 +237,17 @@ func (a *TableApplier) Positions() checkpoint.Positions {
 		a.positions, a.posSnap = checkpoint.Restore(a.snap, a.pipeline), a.snap
 	}
 	return a.positions
+}
+
+// TopicIDs returns the Kafka topic IDs recorded in the table
+// (TopicsDomain), nil before any is. The result is shared: callers must
+// not modify it.
+func (a *TableApplier) TopicIDs() (map[string]string, error) {
+	if a.topicIDsSnap != a.snap || a.snap == nil {
+		a.topicIDs, a.topicIDsErr = RecordedTopicIDs(a.snap)
+		a.topicIDsSnap = a.snap
+	}
+	return a.topicIDs, a.topicIDsErr
 }
 
 // Layout returns the table's layout, nil before the table exists.
@@ -571,6 +591,9 @@ func (a *TableApplier) commit(ctx context.Context, tx *delta.Transaction, b *Bat
 		}
 		tx.SetMetadata(md)
 	}
+	if err := a.recordTopicIDs(tx, b); err != nil {
+		return nil, err
+	}
 	for _, old := range plan.Removes {
 		tx.RemoveFile(old, true)
 	}
@@ -668,6 +691,29 @@ func (a *TableApplier) commitParams(b *Batch, p *Plan) map[string]any {
 		"unresolvedColumns":  p.Counts.Unresolved,
 		"offsets":            ranges,
 	}
+}
+
+// recordTopicIDs adds to tx the topic IDs of b that the table has not
+// recorded, and refuses b when one differs from the recorded ID: its
+// positions belong to another topic of the same name. A table whose
+// protocol lacks domainMetadata (created before cdcapply gave new tables
+// the feature, and never purged) records none.
+func (a *TableApplier) recordTopicIDs(tx *delta.Transaction, b *Batch) error {
+	if len(b.TopicIDs) == 0 || a.snap != nil && !hasDomainMetadata(a.snap.Protocol) {
+		return nil
+	}
+	recorded, err := a.TopicIDs()
+	if err != nil {
+		return fmt.Errorf("apply to table %s: %w", a.name, err)
+	}
+	d, ok, err := topicIDsToRecord(a.name, recorded, b.TopicIDs, a.Positions())
+	if err != nil {
+		return err
+	}
+	if ok {
+		tx.SetDomain(d)
+	}
+	return nil
 }
 
 // tableProtocol is what new tables get: readable by every reader (reader
