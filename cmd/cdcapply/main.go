@@ -79,7 +79,11 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: cdcapply <subcommand> [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "subcommands:")
+	width := 0
 	for _, c := range subcommands() {
-		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range subcommands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 }

@@ -74,3 +74,30 @@ func TestUnknownSubcommand(t *testing.T) {
 		t.Fatalf("no args: err = %v, want errUsage", err)
 	}
 }
+
+// TestUsageAligned: every subcommand's summary starts in one column, so
+// the list reads as a table whatever the longest name.
+func TestUsageAligned(t *testing.T) {
+	var b bytes.Buffer
+	usage(&b)
+	col := -1
+	n := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		if !strings.HasPrefix(line, "  ") {
+			continue
+		}
+		name := strings.Fields(line)[0]
+		at := strings.Index(line, name) + len(name)
+		summary := at + len(line[at:]) - len(strings.TrimLeft(line[at:], " "))
+		if col == -1 {
+			col = summary
+		}
+		if summary != col || at >= col {
+			t.Errorf("%q: summary at column %d, want %d", line, summary, col)
+		}
+		n++
+	}
+	if n != len(subcommands()) {
+		t.Errorf("%d subcommand lines, want %d:\n%s", n, len(subcommands()), b.String())
+	}
+}
