@@ -884,6 +884,13 @@ func (e *Engine) logAssignWait() {
 	if st == 0 {
 		st = DefaultSessionTimeout
 	}
+	if missing, err := e.missingTopics(); err != nil {
+		e.log.Warn("no partitions assigned yet, and the tables' topics could not be looked up", "group", k.Group, "waited", assignWaitLog, "err", err)
+	} else if len(missing) > 0 {
+		e.log.Warn("no partitions assigned yet: tables' topics are not in the cluster (a misspelt topic, or one Debezium has not created yet: it is read once it exists)",
+			"group", k.Group, "missing", missing, "waited", assignWaitLog)
+		return
+	}
 	if k.InstanceID != "" {
 		e.log.Warn("no partitions assigned yet: the group has not assigned this static member any (other members may own them all, or the group is rebalancing)",
 			"group", k.Group, "instance_id", k.InstanceID, "waited", assignWaitLog)
@@ -891,6 +898,37 @@ func (e *Engine) logAssignWait() {
 	}
 	e.log.Warn("no partitions assigned yet: if a process of this group crashed, the group waits for its session to time out before it assigns its partitions; kafka.instance_id lets a restarted process take them back at once",
 		"group", k.Group, "session_timeout", st, "waited", assignWaitLog)
+}
+
+// missingTopics returns the tables' topics (not patterns) that the
+// cluster does not have, each as "table: topic", asking the brokers once
+// (no topic is created by asking).
+func (e *Engine) missingTopics() ([]string, error) {
+	var topics []string
+	for _, t := range e.tables {
+		if t.pattern == nil {
+			topics = append(topics, t.cfg.Topic)
+		}
+	}
+	if len(topics) == 0 || e.client == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	td, err := kadm.NewClient(e.client).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, t := range e.tables {
+		if t.pattern != nil {
+			continue
+		}
+		if d, ok := td[t.cfg.Topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			out = append(out, t.cfg.Name+": "+t.cfg.Topic)
+		}
+	}
+	return out, nil
 }
 
 // groupError handles an error of the consumer group's management, which

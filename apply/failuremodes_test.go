@@ -836,3 +836,47 @@ func TestWatermarkRefreshGivesUpWhenTheBatchLands(t *testing.T) {
 		t.Errorf("no connection reached the silent broker: the request was not made")
 	}
 }
+
+// TestMissingTopicNamed: a table whose topic the cluster does not have (a
+// misspelt name) gets no partitions; the engine's wait warning names the
+// table and the topic instead of suggesting a crashed group member.
+func TestMissingTopicNamed(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runMissingTopicNamed(t, c.ListenAddrs(), "ordrs", startEngine)
+}
+
+// TestRealKafkaMissingTopicNamed is TestMissingTopicNamed on a real
+// broker (whose default auto.create.topics.enable must not create it).
+func TestRealKafkaMissingTopicNamed(t *testing.T) {
+	brokers := realBrokers(t)
+	runMissingTopicNamed(t, brokers, fmt.Sprintf("cdcapply-missing-%d", time.Now().UnixNano()), startEngineWith)
+}
+
+func runMissingTopicNamed(t *testing.T, brokers []string, topic string, start func(*testing.T, *Config, ...EngineOption) (*Engine, func())) {
+	cfg := testConfigFor(t, brokers, t.TempDir(), topic, topic+"-group")
+	// The clock jumps assignWaitLog ahead once the loop runs (startEngine
+	// returns after it started), so the warning is due at once.
+	var ahead atomic.Bool
+	clock := func() time.Time {
+		if ahead.Load() {
+			return time.Now().Add(assignWaitLog)
+		}
+		return time.Now()
+	}
+	var log syncBuffer
+	_, stop := start(t, cfg, EngineClock(clock), Logger(slog.New(slog.NewTextHandler(&log, nil))))
+	defer stop()
+	ahead.Store(true)
+	waitFor(t, "the no-assignment warning", func() bool { return strings.Contains(log.String(), "no partitions assigned yet") })
+	l := log.String()
+	if !strings.Contains(l, "not in the cluster") || !strings.Contains(l, "missing=\"[orders: "+topic+"]\"") {
+		t.Errorf("the warning does not name the missing topic:\n%s", l)
+	}
+	if strings.Contains(l, "crashed") {
+		t.Errorf("the warning blames a crashed member for a missing topic:\n%s", l)
+	}
+}
