@@ -127,11 +127,18 @@ func topicIDsToRecord(table string, recorded, seen map[string]string, pos checkp
 	for _, t := range add {
 		all[t] = seen[t]
 	}
-	b, err := json.Marshal(topicsDomainValue{TopicIDs: all})
+	d, err = TopicsDomainAction(all)
+	return d, err == nil, err
+}
+
+// TopicsDomainAction is the domainMetadata action that records ids
+// (topic to ID) as a table's topic IDs, replacing those it had.
+func TopicsDomainAction(ids map[string]string) (delta.DomainMetadata, error) {
+	b, err := json.Marshal(topicsDomainValue{TopicIDs: ids})
 	if err != nil {
-		return d, false, err
+		return delta.DomainMetadata{}, fmt.Errorf("encode domain %s: %w", TopicsDomain, err)
 	}
-	return delta.DomainMetadata{Domain: TopicsDomain, Configuration: string(b)}, true, nil
+	return delta.DomainMetadata{Domain: TopicsDomain, Configuration: string(b)}, nil
 }
 
 // hasDomainMetadata reports whether p lets writers write domainMetadata

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/cdcapply/cdcapply/apply"
 	"github.com/cdcapply/cdcapply/checkpoint"
 )
 
@@ -120,6 +121,30 @@ func (b Brokers) EndOffsets(ctx context.Context, topics []string) (map[checkpoin
 	})
 	if len(out) == 0 && firstErr != nil {
 		return nil, firstErr
+	}
+	return out, nil
+}
+
+// TopicIDs returns the ID of each of topics the cluster has, as Kafka's
+// tools print it.
+func (b Brokers) TopicIDs(ctx context.Context, topics []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	cl, ctx, done, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	for name, d := range td {
+		if d.Err == nil && d.ID != ([16]byte{}) {
+			out[name] = apply.FormatTopicID(d.ID)
+		}
 	}
 	return out, nil
 }

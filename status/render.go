@@ -103,6 +103,11 @@ func writeTable(b *strings.Builder, t Table) {
 	if t.Log.CheckpointsBehind {
 		fmt.Fprintf(tw, "  \tcheckpoints behind: more than %d intervals of commits since the last; see `log checkpoint failed` in the engine's log, cdcapply_checkpoint_failures_total and cdcapply_stage_in_progress_seconds{stage=\"checkpoint\"}\n", checkpointsBehindIntervals)
 	}
+	for _, tp := range t.Topics {
+		if tp.Recreated {
+			fmt.Fprintf(tw, "  topic recreated\t%s: the cluster's topic ID is %s, the table's positions were read from %s; its offsets are not the table's (lag unknown), and an engine halts the table (topic_recreated): rebuild it from the new topic\n", tp.Name, tp.Cluster, tp.Recorded)
+		}
+	}
 	fmt.Fprintf(tw, "  time travel\t%s\n", travelText(t.TimeTravel))
 	for _, u := range t.TimeTravel.Unreadable {
 		fmt.Fprintf(tw, "  \tversion %d not readable: %s\n", u.Version, u.Reason)

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +32,12 @@ import (
 // record) of every partition of the given topics.
 type EndOffsets interface {
 	EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error)
+}
+
+// TopicIDLister returns the cluster's topic ID of each of topics that
+// exists, as Kafka's tools print it. Options.Offsets may implement it.
+type TopicIDLister interface {
+	TopicIDs(ctx context.Context, topics []string) (map[string]string, error)
 }
 
 // GroupDescriber asks a consumer group's coordinator for its members.
@@ -143,6 +151,22 @@ type Table struct {
 	TimeTravel TimeTravel `json:"time_travel"`
 	// Log is the state of the Delta log readers replay.
 	Log Log `json:"log"`
+	// Topics are the topic IDs the table recorded (apply.TopicsDomain),
+	// with the cluster's when the brokers were asked.
+	Topics []Topic `json:"topics,omitempty"`
+}
+
+// Topic is one topic the table recorded the ID of.
+type Topic struct {
+	Name     string `json:"name"`
+	Recorded string `json:"recorded_id"`
+	// Cluster is the topic's ID in the cluster now: "" when the brokers
+	// were not asked or do not have the topic.
+	Cluster string `json:"cluster_id,omitempty"`
+	// Recreated says the cluster's topic is another one than the table's
+	// positions were read from (deleted and created again): its lag is
+	// meaningless and an engine halts the table (topic_recreated).
+	Recreated bool `json:"recreated,omitempty"`
 }
 
 // Log is the state of the table's Delta log: where readers (and an
@@ -317,6 +341,15 @@ func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error
 		return rep, nil
 	}
 	rep.Brokers = "reachable"
+	if l, ok := opts.Offsets.(TopicIDLister); ok {
+		// Lag is left unknown for a recreated topic, so an error here
+		// only leaves the IDs out.
+		if ids, err := l.TopicIDs(ctx, topics); err == nil {
+			for i := range rep.Tables {
+				markRecreated(&rep.Tables[i], ids)
+			}
+		}
+	}
 	for i := range rep.Tables {
 		addLag(&rep.Tables[i], ends)
 	}
@@ -353,6 +386,26 @@ func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
 	return g
 }
 
+// markRecreated sets each recorded topic's cluster ID, and whether the
+// topic was recreated, from ids.
+func markRecreated(t *Table, ids map[string]string) {
+	for i := range t.Topics {
+		tp := &t.Topics[i]
+		tp.Cluster = ids[tp.Name]
+		tp.Recreated = tp.Cluster != "" && tp.Cluster != tp.Recorded
+	}
+}
+
+// recreated reports whether t's topic was recreated.
+func (t *Table) recreated(topic string) bool {
+	for _, tp := range t.Topics {
+		if tp.Name == topic {
+			return tp.Recreated
+		}
+	}
+	return false
+}
+
 // addLag fills in high watermarks and lags; partitions of the table's
 // topics the brokers know but the table never applied join with lag equal
 // to the whole partition.
@@ -376,6 +429,11 @@ func addLag(t *Table, ends map[checkpoint.TopicPartition]int64) {
 	for i := range t.Partitions {
 		p := &t.Partitions[i]
 		hw, ok := ends[checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+		if ok && t.recreated(p.Topic) {
+			// The high watermark is another topic's: no lag to tell.
+			t.LagKnown = false
+			continue
+		}
 		if !ok {
 			// The broker does not know the partition (topic deleted?):
 			// the table's lag is not fully known.
@@ -428,6 +486,14 @@ func gatherTable(ctx context.Context, src Source, opts Options, now time.Time, t
 		if h.Current {
 			t.State = "halted"
 		}
+	}
+
+	ids, err := apply.RecordedTopicIDs(snap)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(ids)) {
+		t.Topics = append(t.Topics, Topic{Name: name, Recorded: ids[name]})
 	}
 
 	if t.LastCommit, t.LastStreamCommit, err = lastCommits(ctx, tbl, snap.Version, opts.Versions); err != nil {

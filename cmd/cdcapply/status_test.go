@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -453,6 +454,59 @@ func TestStatusBrokers(t *testing.T) {
 	tb := rep.Tables[0]
 	if rep.Brokers != "reachable" || !tb.LagKnown || tb.TotalLag != 11 || len(tb.Partitions) != 3 || tb.Partitions[2].HasPosition || *tb.Partitions[2].Lag != 4 {
 		t.Fatalf("brokers %s table %+v", rep.Brokers, tb)
+	}
+
+	if len(tb.Topics) != 0 {
+		t.Errorf("topics %+v in a table that recorded none", tb.Topics)
+	}
+
+	// The table records the topic's ID (as an engine's first commit
+	// does): the same ID as the cluster's, then another one, as if the
+	// topic had been deleted and created again since.
+	td, err := kadm.NewClient(cl).ListTopics(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := apply.FormatTopicID(td["orders"].ID)
+	for _, tc := range []struct {
+		recorded  string
+		recreated bool
+	}{{id, false}, {"old-topic-id", true}} {
+		tbl := delta.Open(storage.NewLocal(filepath.Join(root, "orders")))
+		snap, err := tbl.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := apply.TopicsDomainAction(map[string]string{"orders": tc.recorded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := tbl.Begin(snap)
+		tx.SetDomain(d)
+		if _, err := tx.Commit(ctx, "SET TOPIC IDS", nil); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"status", "--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ",")}
+		out, err := cli(t, append(args, "--json")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep status.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		tb := rep.Tables[0]
+		want := []status.Topic{{Name: "orders", Recorded: tc.recorded, Cluster: id, Recreated: tc.recreated}}
+		if fmt.Sprint(tb.Topics) != fmt.Sprint(want) || tb.LagKnown == tc.recreated {
+			t.Errorf("recorded %s: topics %+v lag known %v, want %+v and lag known %v", tc.recorded, tb.Topics, tb.LagKnown, want, !tc.recreated)
+		}
+		text, err := cli(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(text, "topic recreated") != tc.recreated || tc.recreated && !strings.Contains(text, "the cluster's topic ID is "+id+", the table's positions were read from old-topic-id") {
+			t.Errorf("recorded %s, text:\n%s", tc.recorded, text)
+		}
 	}
 
 	start := time.Now()
