@@ -441,14 +441,7 @@ func TestStatusBrokers(t *testing.T) {
 			}
 		}
 	}
-	out, err := cli(t, "status", "--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ","), "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep status.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := statusReport(t, "--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ","))
 	// Partition 0: next 3 of 3; partition 1: next 2 of 9; partition 2:
 	// never applied, 4 records.
 	tb := rep.Tables[0]
@@ -487,14 +480,7 @@ func TestStatusBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := []string{"status", "--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ",")}
-		out, err := cli(t, append(args, "--json")...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep status.Report
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatal(err)
-		}
+		rep, _ := statusReport(t, args[1:]...)
 		tb := rep.Tables[0]
 		want := []status.Topic{{Name: "orders", Recorded: tc.recorded, Cluster: id, Recreated: tc.recreated}}
 		if fmt.Sprint(tb.Topics) != fmt.Sprint(want) || tb.LagKnown == tc.recreated {
@@ -510,7 +496,7 @@ func TestStatusBrokers(t *testing.T) {
 	}
 
 	start := time.Now()
-	out, err = cli(t, "status", "--table", filepath.Join(root, "orders"), "--brokers", "127.0.0.1:1")
+	out, err := cli(t, "status", "--table", filepath.Join(root, "orders"), "--brokers", "127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,14 +579,8 @@ tables:
 	}
 	var rep status.Report
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, err := cli(t, "status", "--config", cfgPath, "--json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep = status.Report{}
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatal(err)
-		}
+		var out string
+		rep, out = statusReport(t, "--config", cfgPath)
 		if gr := rep.Group; gr != nil && gr.State == "Stable" && len(gr.Members) == 2 && len(gr.Unassigned) == 0 && len(rep.Tables[0].Partitions) == 3 {
 			break
 		}
@@ -631,15 +611,23 @@ tables:
 	}
 	mustContain(t, "status text", text, "consumer group members-test"+server+": Stable, 2 members", "s-0", "s-1")
 
-	out, err := cli(t, "status", "--config", cfgPath, "--group", "nobody"+server, "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep = status.Report{}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ = statusReport(t, "--config", cfgPath, "--group", "nobody"+server)
 	if gr := rep.Group; gr == nil || len(gr.Members) != 0 || len(gr.Unassigned) != 3 {
 		t.Errorf("a group without members: %+v, want every partition unassigned", rep.Group)
 	}
+}
+
+// statusReport runs `cdcapply status ARGS --json` and returns the report
+// and the JSON it was read from.
+func statusReport(t *testing.T, args ...string) (status.Report, string) {
+	t.Helper()
+	out, err := cli(t, append(append([]string{"status"}, args...), "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep status.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, out
 }
