@@ -182,38 +182,46 @@ func (t *tableRun) recordedTopicIDs() (map[string]string, error) {
 // topic's positions. Only a topic whose ID is new to the loop is looked
 // at; brokers older than Kafka 3.1 send no IDs, and nothing is checked.
 func (e *Engine) checkTopicIDs(fetches kgo.Fetches) {
-	fetches.EachTopic(func(ft kgo.FetchTopic) {
-		if ft.TopicID == ([16]byte{}) {
+	// Each broker's response carries the IDs of its topics; ranged over
+	// directly, as EachTopic would merge them into maps every poll.
+	for i := range fetches {
+		for j := range fetches[i].Topics {
+			e.checkTopicID(&fetches[i].Topics[j])
+		}
+	}
+}
+
+func (e *Engine) checkTopicID(ft *kgo.FetchTopic) {
+	if ft.TopicID == ([16]byte{}) {
+		return
+	}
+	t := e.tableFor(ft.Topic)
+	if t == nil || t.halted != nil {
+		return
+	}
+	seen, had := t.seenIDs[ft.Topic]
+	if had && seen.raw == ft.TopicID {
+		return
+	}
+	id := FormatTopicID(ft.TopicID)
+	was := seen.s
+	if !had {
+		recorded, err := t.recordedTopicIDs()
+		if err != nil {
+			e.halt(t, "open", fmt.Errorf("table %s: %w", t.cfg.Name, err))
 			return
 		}
-		t := e.tableFor(ft.Topic)
-		if t == nil || t.halted != nil {
-			return
-		}
-		seen, had := t.seenIDs[ft.Topic]
-		if had && seen.raw == ft.TopicID {
-			return
-		}
-		id := FormatTopicID(ft.TopicID)
-		was := seen.s
-		if !had {
-			recorded, err := t.recordedTopicIDs()
-			if err != nil {
-				e.halt(t, "open", fmt.Errorf("table %s: %w", t.cfg.Name, err))
-				return
-			}
-			was = recorded[ft.Topic]
-		}
-		if was != "" && was != id {
-			e.halt(t, haltTopicRecreated, &TopicRecreatedError{Table: t.cfg.Name, Topic: ft.Topic,
-				Recorded: was, Now: id, Next: nextOffsetsOf(t.positions(), ft.Topic)})
-			return
-		}
-		if t.seenIDs == nil {
-			t.seenIDs = map[string]seenTopicID{}
-		}
-		t.seenIDs[ft.Topic] = seenTopicID{raw: ft.TopicID, s: id}
-	})
+		was = recorded[ft.Topic]
+	}
+	if was != "" && was != id {
+		e.halt(t, haltTopicRecreated, &TopicRecreatedError{Table: t.cfg.Name, Topic: ft.Topic,
+			Recorded: was, Now: id, Next: nextOffsetsOf(t.positions(), ft.Topic)})
+		return
+	}
+	if t.seenIDs == nil {
+		t.seenIDs = map[string]seenTopicID{}
+	}
+	t.seenIDs[ft.Topic] = seenTopicID{raw: ft.TopicID, s: id}
 }
 
 // noteBatchTopicID puts topic's ID, if the fetches carried one, into b.
