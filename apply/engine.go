@@ -971,8 +971,13 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 		// The client reports it only after several refusals in a row (a
 		// new topic's first moments are retried): the topic this process
 		// reads is gone, and the client will not read its name again.
+		was := t.seenIDs[topic].s
+		if was == "" {
+			recorded, _ := t.recordedTopicIDs()
+			was = recorded[topic]
+		}
 		e.halt(t, haltTopicRecreated, &TopicRecreatedError{Table: t.cfg.Name, Topic: topic,
-			Recorded: t.seenIDs[topic].s, Next: nextOffsetsOf(t.positions(), topic)})
+			Recorded: was, Next: nextOffsetsOf(t.positions(), topic)})
 		return
 	}
 	class := fetchErrorClass(err)
@@ -1520,6 +1525,10 @@ func (e *Engine) truncate(ctx context.Context, t *tableRun, tp checkpoint.TopicP
 	t.noteBatchTopicID(b, tp.Topic)
 	res, err := t.applier.Truncate(ctx, c, b)
 	e.metrics.stageEnded(t.cfg.Name)
+	if errors.Is(err, ErrTopicRecreated) {
+		e.halt(t, haltTopicRecreated, err)
+		return
+	}
 	if err != nil {
 		e.log.Error("truncate failed; retrying from the table's positions", "table", t.cfg.Name, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		e.resync(ctx, t)
@@ -1776,9 +1785,10 @@ func (e *Engine) finish(ctx context.Context, t *tableRun, recover bool) bool {
 		case errors.Is(err, ErrFenced):
 			e.fenced.Add(1)
 			e.log.Warn("batch fenced: another instance advanced a partition; re-reading positions from the table", "table", t.cfg.Name, "err", err)
-		case errors.Is(err, ErrTopicRecreated):
+		case recover && errors.Is(err, ErrTopicRecreated):
 			// Reading it again would meet the same topic: nothing but a
-			// rebuild of the table helps.
+			// rebuild of the table helps. (Without recover the table is
+			// being halted already.)
 			e.halt(t, haltTopicRecreated, err)
 			return false
 		case recover:

@@ -63,7 +63,11 @@ type TopicRecreatedError struct {
 func (e *TopicRecreatedError) Error() string {
 	var b strings.Builder
 	if e.Now == "" {
-		fmt.Fprintf(&b, "table %s: topic %s: Kafka no longer knows topic ID %s, which this process was reading: the topic was deleted, or deleted and created again", e.Table, e.Topic, e.Recorded)
+		id := "the topic ID"
+		if e.Recorded != "" {
+			id = "topic ID " + e.Recorded
+		}
+		fmt.Fprintf(&b, "table %s: topic %s: Kafka no longer knows %s which this process was reading: the topic was deleted, or deleted and created again", e.Table, e.Topic, id)
 	} else {
 		fmt.Fprintf(&b, "table %s: topic %s was deleted and created again: its topic ID is %s, the table's positions were read from topic ID %s", e.Table, e.Topic, e.Now, e.Recorded)
 	}
