@@ -961,10 +961,7 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 		return
 	}
 	if errors.Is(err, kerr.OffsetOutOfRange) {
-		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
-		next, _ := t.positions().Next(tp)
-		e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention, or past the end of a partition whose log was truncated); changes would be lost: %w",
-			t.cfg.Name, topic, partition, next, err))
+		e.halt(t, "offset_gap", e.offsetGap(t, checkpoint.TopicPartition{Topic: topic, Partition: partition}, err))
 		return
 	}
 	if errors.Is(err, kerr.UnknownTopicID) {
@@ -991,6 +988,60 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 	if log, repeat := e.repeats.due(fetchErrKey{topic, partition, class}, now); log {
 		e.log.Warn("fetch error", append([]any{"table", t.cfg.Name, "topic", topic, "partition", partition, "err", err}, repeat...)...)
 	}
+}
+
+// offsetGap explains a partition's OFFSET_OUT_OF_RANGE from the log's
+// bounds, asked of the brokers: offsets deleted by retention before they
+// were applied (which, and how many), or a log that ends before the
+// table's position (truncated by an unclean leader election, or a topic
+// recreated on brokers that send no topic IDs).
+func (e *Engine) offsetGap(t *tableRun, tp checkpoint.TopicPartition, err error) error {
+	pos := t.positions()
+	next, _ := pos.Next(tp)
+	start, end, lerr := e.logBounds(tp)
+	switch {
+	case lerr != nil:
+		return fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention, or past the end of a truncated log; its bounds could not be read: %v); changes would be lost: %w",
+			t.cfg.Name, tp.Topic, tp.Partition, next, lerr, err)
+	case next > end:
+		return fmt.Errorf("table %s: topic %s partition %d: the log ends at offset %d, before the next offset to apply (%d): it was truncated (an unclean leader election) or the topic recreated, and the records it gets at offsets %d..%d would be skipped: %w",
+			t.cfg.Name, tp.Topic, tp.Partition, end, next, end, next-1, err)
+	}
+	if gerr := checkpoint.CheckGap(t.cfg.Name, pos, tp, start); gerr != nil {
+		return fmt.Errorf("%w; %d records lost unless the source is snapshotted again: %w", gerr, start-next, err)
+	}
+	return fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) was refused although the log holds %d..%d: %w",
+		t.cfg.Name, tp.Topic, tp.Partition, next, start, end, err)
+}
+
+// logBounds asks the brokers for tp's log start offset and end offset
+// (high watermark), within 5 s.
+func (e *Engine) logBounds(tp checkpoint.TopicPartition) (start, end int64, err error) {
+	if e.client == nil {
+		return 0, 0, errors.New("no Kafka client")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(e.client)
+	starts, err := adm.ListStartOffsets(ctx, tp.Topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	ends, err := adm.ListEndOffsets(ctx, tp.Topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, ok1 := starts.Lookup(tp.Topic, tp.Partition)
+	n, ok2 := ends.Lookup(tp.Topic, tp.Partition)
+	switch {
+	case !ok1 || !ok2:
+		return 0, 0, fmt.Errorf("the brokers did not list partition %s", tp)
+	case s.Err != nil:
+		return 0, 0, s.Err
+	case n.Err != nil:
+		return 0, 0, n.Err
+	}
+	return s.Offset, n.Offset, nil
 }
 
 // fetchRetry is a partition's fetch back-off: refusals in a row (none for
@@ -2166,8 +2217,21 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 			pos = checkpoint.Restore(snap, e.cfg.Pipeline.ID)
 			byTable[t] = pos
 		}
+		var starts kadm.ListedOffsets
+		if e.cfg.Kafka.OnOffsetGap == "skip" {
+			// The client moves a position deleted by retention to the
+			// log's start without a word: say what is skipped.
+			var err error
+			if starts, err = kadm.NewClient(e.client).ListStartOffsets(ctx, topic); err != nil {
+				e.log.Warn("on_offset_gap is skip, and the log start offsets could not be read: offsets skipped at this assignment are not logged", "table", t.cfg.Name, "topic", topic, "err", err)
+			}
+		}
 		for p := range parts {
 			next, has := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
+			if lo, ok := starts.Lookup(topic, p); ok && lo.Err == nil && next < lo.Offset {
+				e.log.Warn("skipping offsets deleted by retention before they were applied (on_offset_gap: skip)", "table", t.cfg.Name, "topic", topic, "partition", p,
+					"from", next, "to", lo.Offset-1, "skipped", lo.Offset-next)
+			}
 			switch {
 			case has:
 				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
