@@ -92,6 +92,17 @@ func (b Brokers) DescribeGroup(ctx context.Context, group string) (*Group, error
 
 // EndOffsets lists the end offsets of every partition of topics.
 func (b Brokers) EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error) {
+	return b.offsets(ctx, topics, "end", (*kadm.Client).ListEndOffsets)
+}
+
+// StartOffsets lists the log start offsets of every partition of topics.
+func (b Brokers) StartOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error) {
+	return b.offsets(ctx, topics, "start", (*kadm.Client).ListStartOffsets)
+}
+
+// offsets lists the offsets list answers (which names them in errors)
+// for every partition of topics.
+func (b Brokers) offsets(ctx context.Context, topics []string, which string, list func(*kadm.Client, context.Context, ...string) (kadm.ListedOffsets, error)) (map[checkpoint.TopicPartition]int64, error) {
 	cl, ctx, done, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -101,19 +112,19 @@ func (b Brokers) EndOffsets(ctx context.Context, topics []string) (map[checkpoin
 	if len(topics) == 0 {
 		// Still ask something so an unreachable cluster shows as such.
 		if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
-			return nil, fmt.Errorf("list end offsets: %w", err)
+			return nil, fmt.Errorf("list %s offsets: %w", which, err)
 		}
 		return out, nil
 	}
-	listed, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	listed, err := list(kadm.NewClient(cl), ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("list end offsets: %w", err)
+		return nil, fmt.Errorf("list %s offsets: %w", which, err)
 	}
 	var firstErr error
 	listed.Each(func(lo kadm.ListedOffset) {
 		if lo.Err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("list end offsets of %s/%d: %w", lo.Topic, lo.Partition, lo.Err)
+				firstErr = fmt.Errorf("list %s offsets of %s/%d: %w", which, lo.Topic, lo.Partition, lo.Err)
 			}
 			return
 		}

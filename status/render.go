@@ -131,6 +131,12 @@ func writeTable(b *strings.Builder, t Table) {
 		fmt.Fprintf(pw, "  %s\t%s\t%d\t%s\t%s\t%s\n", p.Pipeline, p.Topic, p.Partition, next, hw, lag)
 	}
 	pw.Flush()
+	for _, p := range t.Partitions {
+		if p.Gone > 0 {
+			fmt.Fprintf(b, "  offset gap: %s/%d: offsets %d..%d were deleted by retention before they were applied (%d records); an engine halts the table on them (offset_gap) unless on_offset_gap is skip\n",
+				p.Topic, p.Partition, p.Next, p.Next+p.Gone-1, p.Gone)
+		}
+	}
 }
 
 // writeGroup writes the consumer group: each member and what it reads,

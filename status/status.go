@@ -40,6 +40,12 @@ type TopicIDLister interface {
 	TopicIDs(ctx context.Context, topics []string) (map[string]string, error)
 }
 
+// StartOffsetLister returns the log start offset of every partition of
+// topics. Options.Offsets may implement it.
+type StartOffsetLister interface {
+	StartOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error)
+}
+
 // GroupDescriber asks a consumer group's coordinator for its members.
 type GroupDescriber interface {
 	DescribeGroup(ctx context.Context, group string) (*Group, error)
@@ -239,6 +245,12 @@ type Partition struct {
 	// partition; Lag = HighWatermark - Next.
 	HighWatermark *int64 `json:"high_watermark,omitempty"`
 	Lag           *int64 `json:"lag,omitempty"`
+	// LogStart is the partition's log start offset, when the brokers
+	// answered; Gone counts the offsets from Next that retention deleted
+	// before the table applied them (an engine halts the table on them,
+	// offset_gap, unless on_offset_gap is skip).
+	LogStart *int64 `json:"log_start,omitempty"`
+	Gone     int64  `json:"gone,omitempty"`
 }
 
 // Freshness is how old the newest applied change is.
@@ -353,6 +365,14 @@ func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error
 	for i := range rep.Tables {
 		addLag(&rep.Tables[i], ends)
 	}
+	if l, ok := opts.Offsets.(StartOffsetLister); ok {
+		// Without them the gaps are not shown; lag stands.
+		if starts, err := l.StartOffsets(ctx, topics); err == nil {
+			for i := range rep.Tables {
+				addGaps(&rep.Tables[i], starts)
+			}
+		}
+	}
 	if opts.Group != "" && opts.Members != nil {
 		rep.Group = describeGroup(ctx, opts, rep.Tables)
 		if err := ctx.Err(); err != nil {
@@ -443,6 +463,21 @@ func addLag(t *Table, ends map[checkpoint.TopicPartition]int64) {
 		lag := max(hw-p.Next, 0)
 		p.HighWatermark, p.Lag = &hw, &lag
 		t.TotalLag += lag
+	}
+}
+
+// addGaps sets each partition's log start and the offsets retention
+// deleted before the table applied them (none for a recreated topic,
+// whose offsets are another topic's).
+func addGaps(t *Table, starts map[checkpoint.TopicPartition]int64) {
+	for i := range t.Partitions {
+		p := &t.Partitions[i]
+		start, ok := starts[checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+		if !ok || t.recreated(p.Topic) {
+			continue
+		}
+		p.LogStart = &start
+		p.Gone = max(start-p.Next, 0)
 	}
 }
 

@@ -453,6 +453,30 @@ func TestStatusBrokers(t *testing.T) {
 		t.Errorf("topics %+v in a table that recorded none", tb.Topics)
 	}
 
+	// Retention deletes offsets 0..4 of partition 1, whose next offset to
+	// apply is 2: offsets 2..4 are gone before the table applied them.
+	dr, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{"orders": {1: {At: 5}}})
+	if err == nil {
+		err = dr.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", strings.Join(c.ListenAddrs(), ",")}
+	rep, _ = statusReport(t, args...)
+	for i, want := range []struct{ start, gone int64 }{{0, 0}, {5, 3}, {0, 0}} {
+		if p := rep.Tables[0].Partitions[i]; p.LogStart == nil || *p.LogStart != want.start || p.Gone != want.gone {
+			t.Errorf("partition %d: %+v, want log start %d and %d gone", i, p, want.start, want.gone)
+		}
+	}
+	text, err := cli(t, append([]string{"status"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "offset gap: orders/1: offsets 2..4 were deleted by retention before they were applied (3 records)") || strings.Count(text, "offset gap:") != 1 {
+		t.Errorf("status text with an offset gap:\n%s", text)
+	}
+
 	// The table records the topic's ID (as an engine's first commit
 	// does): the same ID as the cluster's, then another one, as if the
 	// topic had been deleted and created again since.
