@@ -59,21 +59,6 @@ func runOffsetGap(t *testing.T, brokers []string, topic string, start func(*test
 		}
 		return snap.Version
 	}
-	halted := func(e *Engine, want ...string) {
-		t.Helper()
-		var got error
-		waitFor(t, "the table to halt", func() bool {
-			got = e.Halted()["orders"]
-			return got != nil
-		})
-		t.Logf("halted: %v", got)
-		for _, w := range want {
-			if !strings.Contains(got.Error(), w) {
-				t.Errorf("halt %q does not say %q", got, w)
-			}
-		}
-	}
-
 	o := ordersOracle{}
 	_, stop := start(t, cfg)
 	updates(p, o, 0, 10)
@@ -92,7 +77,7 @@ func runOffsetGap(t *testing.T, brokers []string, topic string, start func(*test
 	}
 
 	e, stop := start(t, cfg)
-	halted(e, "offsets 10..14 were deleted by retention before they were applied", "the log starts at 15", "5 records lost")
+	waitHalt(t, e, "orders", "offsets 10..14 were deleted by retention before they were applied", "the log starts at 15", "5 records lost")
 	time.Sleep(300 * time.Millisecond)
 	stop()
 	if v := version(); v != before {
@@ -123,5 +108,23 @@ func runOffsetGap(t *testing.T, brokers []string, topic string, start func(*test
 	}
 	e, stop = start(t, cfg)
 	defer stop()
-	halted(e, fmt.Sprintf("topic %s partition 0: the log ends at offset 20, before the next offset to apply (25)", topic), "truncated", "offsets 20..24 would be skipped")
+	waitHalt(t, e, "orders", fmt.Sprintf("topic %s partition 0: the log ends at offset 20, before the next offset to apply (25)", topic), "truncated", "offsets 20..24 would be skipped")
+}
+
+// waitHalt waits for the engine to halt table and returns the error,
+// which must say each of want.
+func waitHalt(t *testing.T, e *Engine, table string, want ...string) error {
+	t.Helper()
+	var got error
+	waitFor(t, "table "+table+" to halt", func() bool {
+		got = e.Halted()[table]
+		return got != nil
+	})
+	t.Logf("halted: %v", got)
+	for _, w := range want {
+		if !strings.Contains(got.Error(), w) {
+			t.Errorf("halt %q does not say %q", got, w)
+		}
+	}
+	return got
 }
