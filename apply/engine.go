@@ -2200,6 +2200,7 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 // read fresh from the table (never from the group's committed offsets).
 func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	byTable := map[*tableRun]checkpoint.Positions{}
+	starts := e.skipStarts(ctx, offsets)
 	for topic, parts := range offsets {
 		t := e.tableFor(topic)
 		if t == nil {
@@ -2216,15 +2217,6 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 			}
 			pos = checkpoint.Restore(snap, e.cfg.Pipeline.ID)
 			byTable[t] = pos
-		}
-		var starts kadm.ListedOffsets
-		if e.cfg.Kafka.OnOffsetGap == "skip" {
-			// The client moves a position deleted by retention to the
-			// log's start without a word: say what is skipped.
-			var err error
-			if starts, err = kadm.NewClient(e.client).ListStartOffsets(ctx, topic); err != nil {
-				e.log.Warn("on_offset_gap is skip, and the log start offsets could not be read: offsets skipped at this assignment are not logged", "table", t.cfg.Name, "topic", topic, "err", err)
-			}
 		}
 		for p := range parts {
 			next, has := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
@@ -2248,6 +2240,31 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 		}
 	}
 	return offsets, nil
+}
+
+// skipStarts returns, under on_offset_gap: skip, the log start offsets of
+// the assigned topics that are tables', in one request: the client moves
+// a position deleted by retention to the log's start without a word, so
+// adjustOffsets says what is skipped.
+func (e *Engine) skipStarts(ctx context.Context, offsets map[string]map[int32]kgo.Offset) kadm.ListedOffsets {
+	if e.cfg.Kafka.OnOffsetGap != "skip" || e.client == nil {
+		return nil
+	}
+	var topics []string
+	for topic := range offsets {
+		if e.tableFor(topic) != nil {
+			topics = append(topics, topic)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	starts, err := kadm.NewClient(e.client).ListStartOffsets(ctx, topics...)
+	if err != nil {
+		e.log.Warn("on_offset_gap is skip, and the log start offsets could not be read: offsets skipped at this assignment are not logged", "topics", topics, "err", err)
+		return nil
+	}
+	return starts
 }
 
 // assignedOf returns the partitions of table t this instance owns.
