@@ -573,12 +573,10 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		opts = append(opts, kgo.SessionTimeout(time.Duration(st)))
 	}
 	// A position gone by retention must surface as an error, not a silent
-	// jump: the client reports OffsetOutOfRange instead of resetting.
-	if e.cfg.Kafka.OnOffsetGap == "skip" {
-		opts = append(opts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	} else {
-		opts = append(opts, kgo.ConsumeResetOffset(kgo.NoResetOffset()))
-	}
+	// jump: the client reports OffsetOutOfRange instead of resetting, and
+	// the engine halts the table or, under on_offset_gap: skip, says what
+	// it skips and seeks past it (skipGap).
+	opts = append(opts, kgo.ConsumeResetOffset(kgo.NoResetOffset()))
 	var topics []string
 	regex := false
 	for _, t := range e.tables {
@@ -961,7 +959,15 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 		return
 	}
 	if errors.Is(err, kerr.OffsetOutOfRange) {
-		e.halt(t, "offset_gap", e.offsetGap(t, checkpoint.TopicPartition{Topic: topic, Partition: partition}, err))
+		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
+		if e.cfg.Kafka.OnOffsetGap == "skip" && e.skipGap(t, tp, err) {
+			return
+		}
+		e.halt(t, "offset_gap", e.offsetGap(t, tp, err))
+		return
+	}
+	if loss, ok := errors.AsType[*kgo.ErrDataLoss](err); ok {
+		e.dataLoss(t, checkpoint.TopicPartition{Topic: topic, Partition: partition}, loss)
 		return
 	}
 	if errors.Is(err, kerr.UnknownTopicID) {
@@ -1004,14 +1010,85 @@ func (e *Engine) offsetGap(t *tableRun, tp checkpoint.TopicPartition, err error)
 		return fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention, or past the end of a truncated log; its bounds could not be read: %v); changes would be lost: %w",
 			t.cfg.Name, tp.Topic, tp.Partition, next, lerr, err)
 	case next > end:
-		return fmt.Errorf("table %s: topic %s partition %d: the log ends at offset %d, before the next offset to apply (%d): it was truncated (an unclean leader election) or the topic recreated, and the records it gets at offsets %d..%d would be skipped: %w",
-			t.cfg.Name, tp.Topic, tp.Partition, end, next, end, next-1, err)
+		return fmt.Errorf("table %s: topic %s partition %d: the log ends at offset %d, before the next offset to apply (%d): it was truncated (an unclean leader election) or the topic recreated, and the records it gets at offsets %d..%d would be skipped (under either on_offset_gap setting); restore the table to a version whose position is at most %d (cdcapply restore) to read them, or rebuild it: %w",
+			t.cfg.Name, tp.Topic, tp.Partition, end, next, end, next-1, end, err)
 	}
 	if gerr := checkpoint.CheckGap(t.cfg.Name, pos, tp, start); gerr != nil {
 		return fmt.Errorf("%w; %d records lost unless the source is snapshotted again: %w", gerr, start-next, err)
 	}
 	return fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) was refused although the log holds %d..%d: %w",
 		t.cfg.Name, tp.Topic, tp.Partition, next, start, end, err)
+}
+
+// dataLoss handles the client's report that tp's log was truncated below
+// offsets it had read (an unclean leader election: the new leader's log
+// for the epoch read at ends at loss.ResetTo, where the client moved).
+// The records read past it came from a log that no longer exists. When
+// the table applied none of them, its buffer is dropped and its
+// partitions read again from its positions: nothing is lost. Otherwise
+// the table holds changes the log no longer has, and the records the log
+// gets at those offsets would be taken for applied ones and skipped: the
+// table halts under either on_offset_gap setting.
+func (e *Engine) dataLoss(t *tableRun, tp checkpoint.TopicPartition, loss *kgo.ErrDataLoss) {
+	ctx := context.Background()
+	if !e.settle(ctx, t) {
+		return // the batch in flight failed: resynced from the positions
+	}
+	next, _ := t.applier.Positions().Next(tp)
+	if next <= loss.ResetTo {
+		e.log.Warn("the partition's log was truncated below offsets read but not yet applied (an unclean leader election); reading again from the table's position", "table", t.cfg.Name, "topic", tp.Topic, "partition", tp.Partition,
+			"read_to", loss.ConsumedTo, "log_end", loss.ResetTo, "position", next)
+		e.rewind(t)
+		return
+	}
+	e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the log was truncated (an unclean leader election) to end at offset %d, below the table's position (%d): the table holds changes the log no longer has, and the records it gets at offsets %d..%d would be skipped (under either on_offset_gap setting); restore the table to a version whose position is at most %d (cdcapply restore) to read them, or rebuild it: %w",
+		t.cfg.Name, tp.Topic, tp.Partition, loss.ResetTo, next, loss.ResetTo, next-1, loss.ResetTo, loss))
+}
+
+// skipGap handles, under on_offset_gap: skip, a partition refused with
+// OFFSET_OUT_OF_RANGE while being read: offsets retention deleted before
+// the engine read them are logged, counted and skipped (the partition is
+// sought to the log's start). It returns false when the log ends before
+// the offset to read (truncated, or a topic recreated on brokers that
+// send no topic IDs): its next records would take offsets the table has
+// read, so the table halts under either setting. A refusal the log's
+// bounds do not explain, or bounds that cannot be read, backs off and
+// asks again at the next refusal.
+func (e *Engine) skipGap(t *tableRun, tp checkpoint.TopicPartition, err error) bool {
+	next := t.readNext(tp)
+	start, end, lerr := e.logBounds(tp)
+	switch {
+	case lerr == nil && next > end:
+		return false
+	case lerr == nil && next < start:
+		e.log.Warn("skipping offsets deleted by retention before they were applied (on_offset_gap: skip)", "table", t.cfg.Name, "topic", tp.Topic, "partition", tp.Partition,
+			"from", next, "to", start-1, "skipped", start-next)
+		e.metrics.offsetsSkipped(t.cfg.Name, tp, start-next)
+		e.client.SetOffsets(map[string]map[int32]kgo.EpochOffset{tp.Topic: {tp.Partition: {Epoch: -1, Offset: start}}})
+		return true
+	}
+	now := e.clock()
+	e.metrics.fetchFailed(t.cfg.Name, fetchErrorClass(err))
+	e.backOffFetch(t, tp, now)
+	if log, repeat := e.repeats.due(fetchErrKey{tp.Topic, tp.Partition, "skip_gap"}, now); log {
+		why := fmt.Sprintf("the log holds %d..%d", start, end)
+		if lerr != nil {
+			why = "the log's bounds could not be read: " + lerr.Error()
+		}
+		e.log.Warn("offset out of range under on_offset_gap: skip, not explained by the log's bounds; asking again after a back-off", append([]any{"table", t.cfg.Name, "topic", tp.Topic, "partition", tp.Partition,
+			"offset", next, "bounds", why, "err", err}, repeat...)...)
+	}
+	return true
+}
+
+// readNext is the next offset of tp the loop reads: past the records
+// buffered, else the table's position (a batch in flight included).
+func (t *tableRun) readNext(tp checkpoint.TopicPartition) int64 {
+	if pb := t.buf.parts[tp]; pb != nil {
+		return pb.rng.Next
+	}
+	next, _ := t.positions().Next(tp)
+	return next
 }
 
 // logBounds asks the brokers for tp's log start offset and end offset
@@ -2219,10 +2296,13 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 			byTable[t] = pos
 		}
 		for p := range parts {
-			next, has := pos.Next(checkpoint.TopicPartition{Topic: topic, Partition: p})
+			tp := checkpoint.TopicPartition{Topic: topic, Partition: p}
+			next, has := pos.Next(tp)
 			if lo, ok := starts.Lookup(topic, p); ok && lo.Err == nil && next < lo.Offset {
 				e.log.Warn("skipping offsets deleted by retention before they were applied (on_offset_gap: skip)", "table", t.cfg.Name, "topic", topic, "partition", p,
 					"from", next, "to", lo.Offset-1, "skipped", lo.Offset-next)
+				e.metrics.offsetsSkipped(t.cfg.Name, tp, lo.Offset-next)
+				next = lo.Offset
 			}
 			switch {
 			case has:

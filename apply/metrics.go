@@ -35,6 +35,7 @@ type Metrics struct {
 	registryFails *prometheus.CounterVec
 	groupCommits  *prometheus.CounterVec
 	fetchErrors   *prometheus.CounterVec
+	skipped       *prometheus.CounterVec
 	schemaChanges *prometheus.CounterVec
 	running       *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
@@ -121,6 +122,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_fetch_errors_total",
 			Help: "Fetch errors the Kafka client returned for the table's partitions, by error: the Kafka error code's name (TOPIC_AUTHORIZATION_FAILED, ...) or client. Errors the client retries itself (leader moves, a broker restarting) are not returned, so this counts what keeps the table from reading; an offset gap halts the table instead (cdcapply_table_halted)."},
 			[]string{"table", "error"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_offsets_skipped_total",
+			Help: "Offsets of the partition a table skipped under kafka.on_offset_gap: skip because retention deleted them before they were applied: an upper bound on the changes the table lost (a transaction marker or a compacted record takes an offset too). Counted at an assignment and while reading."},
+			[]string{"table", "topic", "partition"}),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_schema_changes_total",
 			Help: "Committed additive schema changes (new source columns joining the table)."}, table),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_table_running",
@@ -157,7 +161,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 		checkpointing: map[string]time.Time{},
 	}
-	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits, m.fetchErrors,
+	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits, m.fetchErrors, m.skipped,
 		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
 	return m
 }
@@ -462,6 +466,15 @@ func (m *Metrics) fetchFailed(table, class string) {
 		return
 	}
 	m.fetchErrors.WithLabelValues(table, class).Inc()
+}
+
+// offsetsSkipped counts offsets of tp that table skipped, deleted by
+// retention before they were applied (on_offset_gap: skip).
+func (m *Metrics) offsetsSkipped(table string, tp checkpoint.TopicPartition, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.skipped.WithLabelValues(table, tp.Topic, strconv.Itoa(int(tp.Partition))).Add(float64(n))
 }
 
 // commitFailed counts a batch whose commit did not land.
