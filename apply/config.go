@@ -396,12 +396,28 @@ func merge(base, over TableSettings) TableSettings {
 	return out
 }
 
+// instanceIDPattern is the schema's pattern of kafka.instance_id (a
+// test keeps the two equal), for an id given outside the file.
+var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+// CheckInstanceID says why id is not a valid kafka.instance_id (Kafka's
+// group.instance.id rules: 1 to 249 of letters, digits, '.', '_' and '-',
+// and neither "." nor ".."), or nil.
+func CheckInstanceID(id string) error {
+	if !instanceIDPattern.MatchString(id) || id == "." || id == ".." {
+		return fmt.Errorf("%q is not a valid group.instance.id (1 to 249 of A-Z, a-z, 0-9, '.', '_' and '-', not \".\" or \"..\")", id)
+	}
+	return nil
+}
+
 // check applies the rules the JSON Schema cannot express.
 func (c *Config) check() []FieldError {
 	var errs []FieldError
 	errs = append(errs, c.SchemaRegistry.check()...)
-	if id := c.Kafka.InstanceID; id == "." || id == ".." {
-		errs = append(errs, FieldError{"kafka.instance_id", fmt.Sprintf("%q is not a valid group.instance.id", id)})
+	if id := c.Kafka.InstanceID; id != "" {
+		if err := CheckInstanceID(id); err != nil {
+			errs = append(errs, FieldError{"kafka.instance_id", err.Error()})
+		}
 	}
 	if st := time.Duration(c.Kafka.SessionTimeout); st != 0 && (st < minSessionTimeout || st > maxSessionTimeout) {
 		errs = append(errs, FieldError{"kafka.session_timeout", fmt.Sprintf("%v is outside %v to %v, the bounds a broker accepts by default (group.min.session.timeout.ms, group.max.session.timeout.ms)", st, minSessionTimeout, maxSessionTimeout)})

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -202,5 +203,32 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	if len(cfg.Tables) != 3 || cfg.Tables[2].Format != "avro" || cfg.SchemaRegistry == nil || cfg.Tables[1].Flush.MaxRecords != 50000 || time.Duration(cfg.Tables[1].Flush.MaxLatency) != 250*time.Millisecond {
 		t.Fatalf("example parsed as %+v", cfg.Tables)
+	}
+}
+
+// TestInstanceIDPattern: CheckInstanceID, for an id given outside the
+// file (cdcapply run -instance-id), uses the schema's pattern.
+func TestInstanceIDPattern(t *testing.T) {
+	var schema struct {
+		Properties struct {
+			Kafka struct {
+				Properties struct {
+					InstanceID struct {
+						Pattern string `json:"pattern"`
+					} `json:"instance_id"`
+				} `json:"properties"`
+			} `json:"kafka"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(ConfigSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := instanceIDPattern.String(), schema.Properties.Kafka.Properties.InstanceID.Pattern; got != want {
+		t.Errorf("instanceIDPattern %q, the schema's %q", got, want)
+	}
+	for id, ok := range map[string]bool{"shop-0": true, "cdc.replica_1": true, "pod 0": false, "": false, ".": false, "..": false, "a/b": false, strings.Repeat("x", 249): true, strings.Repeat("x", 250): false} {
+		if err := CheckInstanceID(id); (err == nil) != ok {
+			t.Errorf("CheckInstanceID(%q) = %v", id, err)
+		}
 	}
 }

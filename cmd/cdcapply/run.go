@@ -31,8 +31,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	path := fs.String("c", "pipeline.yaml", "pipeline configuration file")
 	format := fs.String("log-format", "json", "log format: json or text")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	instanceID := fs.String("instance-id", "", "this process's kafka.instance_id, over the file's: one pipeline file for the processes of a group (a StatefulSet's -instance-id $(POD_NAME), a systemd template's -instance-id %i)")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
+	}
+	if *instanceID != "" {
+		if err := apply.CheckInstanceID(*instanceID); err != nil {
+			return fmt.Errorf("-instance-id: %w", err)
+		}
 	}
 	log, err := newLogger(stderr, *format, *level)
 	if err != nil {
@@ -41,6 +47,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg, err := apply.LoadConfig(*path)
 	if err != nil {
 		return err
+	}
+	if *instanceID != "" {
+		cfg.Kafka.InstanceID = *instanceID
 	}
 	opts := []apply.EngineOption{apply.Logger(log)}
 	reg := prometheus.NewRegistry()

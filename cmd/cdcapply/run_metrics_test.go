@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -92,4 +93,66 @@ func httpGet(url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestRunInstanceIDFlag: -instance-id makes the process a static member
+// under that id, over the file's kafka.instance_id (one pipeline file for
+// every process of a group); an id Kafka would refuse stops run at once.
+func TestRunInstanceIDFlag(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pipeline.yaml")
+	yaml := fmt.Sprintf("pipeline: {id: shop}\nkafka: {brokers: [%s], group: g, instance_id: from-file}\ntables:\n  - {name: orders, topic: orders, location: %s/orders}\n",
+		c.ListenAddrs()[0], dir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	err = runRun(ctx, []string{"-c", cfg, "-instance-id", "pod 0"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `-instance-id: "pod 0" is not a valid group.instance.id`) {
+		t.Fatalf("run -instance-id 'pod 0' = %v", err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		done <- runRun(ctx, []string{"-c", cfg, "-log-level", "error", "-instance-id", "replica-7"}, io.Discard, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var ids []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ids = ids[:0]
+		groups, err := adm.DescribeGroups(ctx, "g")
+		if err == nil {
+			for _, m := range groups["g"].Members {
+				if m.InstanceID != nil {
+					ids = append(ids, *m.InstanceID)
+				}
+			}
+		}
+		if len(ids) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if fmt.Sprint(ids) != "[replica-7]" {
+		t.Errorf("the group's static members are %v, want [replica-7]", ids)
+	}
 }
