@@ -176,7 +176,13 @@ type TableSettings struct {
 	SchemaPolicy   string          `json:"schema_policy,omitempty"`
 	MaxLateness    Duration        `json:"max_lateness,omitempty"`
 	TruncatePolicy string          `json:"truncate_policy,omitempty"`
-	WriteMode      string          `json:"write_mode,omitempty"`
+	// KafkaTombstones says what a Kafka tombstone (a null-valued record)
+	// does: "skip" (a delete's change event carries it) or "delete" (it
+	// deletes its key's row: a compacted topic, whose compaction removes
+	// a delete's change event once its tombstone follows, or a stream
+	// whose deletes are tombstones alone).
+	KafkaTombstones string `json:"kafka_tombstones,omitempty"`
+	WriteMode       string `json:"write_mode,omitempty"`
 	// TableProperties are Delta table properties set on the table: when
 	// the engine creates it, and on an existing table by the engine's next
 	// commit when they differ (delta.CheckTableProperty says which).
@@ -243,13 +249,14 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // The built-in defaults, applied under Defaults and each table's own settings.
 var builtinDefaults = TableSettings{
-	Format:         "json",
-	Connector:      "postgresql",
-	Flush:          FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(500 * time.Millisecond), BacklogFactor: 2},
-	SchemaPolicy:   "additive",
-	MaxLateness:    Duration(7 * 24 * time.Hour),
-	TruncatePolicy: "tombstone",
-	WriteMode:      "copy-on-write",
+	Format:          "json",
+	Connector:       "postgresql",
+	Flush:           FlushPolicy{MaxRecords: 50_000, MaxBytes: 64 << 20, MaxLatency: Duration(500 * time.Millisecond), BacklogFactor: 2},
+	SchemaPolicy:    "additive",
+	MaxLateness:     Duration(7 * 24 * time.Hour),
+	TruncatePolicy:  "tombstone",
+	KafkaTombstones: "skip",
+	WriteMode:       "copy-on-write",
 }
 
 // FieldError is one problem in a configuration file, at a field path such
@@ -380,6 +387,9 @@ func merge(base, over TableSettings) TableSettings {
 	if over.TruncatePolicy != "" {
 		out.TruncatePolicy = over.TruncatePolicy
 	}
+	if over.KafkaTombstones != "" {
+		out.KafkaTombstones = over.KafkaTombstones
+	}
 	if over.WriteMode != "" {
 		out.WriteMode = over.WriteMode
 	}
@@ -438,6 +448,9 @@ func (c *Config) check() []FieldError {
 			if _, err := regexp.Compile(t.TopicPattern); err != nil {
 				errs = append(errs, FieldError{p + ".topic_pattern", "invalid regular expression: " + err.Error()})
 			}
+		}
+		if t.KafkaTombstones == "delete" && len(t.KeyColumns) > 0 {
+			errs = append(errs, FieldError{p + ".kafka_tombstones", "delete takes a tombstone's key from the Kafka record key, and key_columns takes keys from the row image, which a tombstone lacks: drop one of them"})
 		}
 		for k, col := range t.KeyColumns {
 			if strings.HasPrefix(col, ReservedPrefix) {

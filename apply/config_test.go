@@ -141,6 +141,15 @@ tables: [{name: t, topic: x, location: /a}]`, []string{"kafka.session_timeout: 2
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g, instance_id: "..", session_timeout: 31m}
 tables: [{name: t, topic: x, location: /a}]`, []string{`kafka.instance_id: ".." is not a valid`, "kafka.session_timeout: 31m0s is outside"}},
+		{"kafka tombstones: unknown value", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: u, topic: y, location: /b, kafka_tombstones: drop}]`, []string{"tables[0].kafka_tombstones: value must be one of 'skip', 'delete'"}},
+		{"kafka tombstones: delete with key columns", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+defaults: {kafka_tombstones: delete}
+tables: [{name: t, topic: x, location: /a, key_columns: [id]}]`, []string{"tables[0].kafka_tombstones: delete takes a tombstone's key from the Kafka record key"}},
 		{"duplicate names", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,8 +48,11 @@ type Engine struct {
 	routeMu sync.Mutex                           // serializes adding to routes
 	routes  atomic.Pointer[map[string]*tableRun] // topic -> table, resolved once per topic; replaced, never changed
 
-	assignMu sync.Mutex                // guards assigned
-	assigned map[string]map[int32]bool // partitions this instance owns
+	assignMu sync.Mutex // guards assigned
+	// compactChecked holds the topics whose cleanup.policy an assignment
+	// has looked at (warnCompacted); only adjustOffsets uses it.
+	compactChecked map[string]bool
+	assigned       map[string]map[int32]bool // partitions this instance owns
 	// everAssigned is set by the first assignment; until then the poll
 	// loop says once, after assignWaitLog, why nothing is read.
 	everAssigned atomic.Bool
@@ -447,6 +451,9 @@ func decoderOptions(tc TableConfig, reg debezium.Registry) ([]debezium.Option, e
 	opts = append(opts, debezium.SourceConnector(conn))
 	if len(tc.KeyColumns) > 0 {
 		opts = append(opts, debezium.KeyColumns(tc.KeyColumns...))
+	}
+	if tc.KafkaTombstones == "delete" {
+		opts = append(opts, debezium.TombstoneKeys())
 	}
 	return opts, nil
 }
@@ -1521,7 +1528,26 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		t.buf.heartbeatMs = max(t.buf.heartbeatMs, ch.TsMs)
 		e.batches.releaseRecord(r)
 		return
-	default: // a Kafka tombstone, a schema change event
+	case debezium.ClassKafkaTombstone:
+		if t.cfg.KafkaTombstones != "delete" || len(ch.Key.Values) == 0 || t.layout() == nil {
+			pb.skipped++ // carried by its delete event; or keyless, or no table yet to delete from
+			e.batches.releaseRecord(r)
+			return
+		}
+		rc := e.routedChanges.next()
+		if err := t.layout().projectTombstone(&ch, rc, &e.changeBytes); err != nil {
+			var pe *ProjectError
+			if errors.As(err, &pe) {
+				e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
+				return
+			}
+			e.halt(t, "schema", err)
+			return
+		}
+		e.keepOrRelease(t, r, rc, &rec)
+		t.buf.changes = append(t.buf.changes, rc)
+		return
+	default: // a schema change event, a transaction marker, a message
 		pb.skipped++
 		e.batches.releaseRecord(r)
 		return
@@ -2278,6 +2304,7 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	byTable := map[*tableRun]checkpoint.Positions{}
 	starts := e.skipStarts(ctx, offsets)
+	e.warnCompacted(ctx, offsets)
 	for topic, parts := range offsets {
 		t := e.tableFor(topic)
 		if t == nil {
@@ -2320,6 +2347,48 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 		}
 	}
 	return offsets, nil
+}
+
+// warnCompacted warns, once per topic and process, of each newly
+// assigned topic that is compacted while its table skips Kafka
+// tombstones: a table behind the log cleaner meets a delete whose change
+// event the cleaner removed as its tombstone alone, and would keep the
+// row. One DescribeConfigs request for the topics not looked at yet.
+func (e *Engine) warnCompacted(ctx context.Context, offsets map[string]map[int32]kgo.Offset) {
+	if e.client == nil {
+		return
+	}
+	var topics []string
+	for topic := range offsets {
+		if t := e.tableFor(topic); t != nil && t.cfg.KafkaTombstones != "delete" && !e.compactChecked[topic] {
+			topics = append(topics, topic)
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rcs, err := kadm.NewClient(e.client).DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		e.log.Debug("could not read the assigned topics' cleanup.policy", "topics", topics, "err", err)
+		return
+	}
+	if e.compactChecked == nil {
+		e.compactChecked = map[string]bool{}
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue
+		}
+		e.compactChecked[rc.Name] = true
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				e.log.Warn("the table's topic is compacted and kafka_tombstones is skip: a delete whose change event the log cleaner removed reaches the table as a Kafka tombstone alone, and the row stays live; set kafka_tombstones: delete (each key's changes in source order, as one connector writes them), or keep the table within the topic's min.compaction.lag.ms",
+					"table", e.tableFor(rc.Name).cfg.Name, "topic", rc.Name, "cleanup.policy", *c.Value)
+			}
+		}
+	}
 }
 
 // skipStarts returns, under on_offset_gap: skip, the log start offsets of

@@ -278,6 +278,35 @@ func (l *Layout) projectInto(ch *debezium.Change, out *Change, arena *byteArena)
 	return nil
 }
 
+// projectTombstone projects a Kafka tombstone's key onto the table's
+// layout as a delete (kafka_tombstones: delete): every non-key column
+// unavailable, filled like a delete's from the row's last version; no
+// sequence (see Change.tombstone); its source time is the record's
+// Kafka timestamp.
+func (l *Layout) projectTombstone(ch *debezium.Change, out *Change, arena *byteArena) error {
+	*out = Change{
+		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
+		Delete:         true,
+		tombstone:      true,
+		SourceTsMicros: ch.SourceTsMs * 1000,
+		Values:         make([]schema.Value, len(l.Source)),
+	}
+	for i := range out.Values {
+		out.Values[i] = schema.Unavailable
+	}
+	for _, k := range l.Key {
+		name := l.Source[k].Name
+		v, ok := keyValue(ch.Key, name)
+		if !ok || v.IsNull() || v.IsUnavailable() {
+			return &ProjectError{"missing_key", fmt.Sprintf("key column %q is not in the tombstone's key", name)}
+		}
+		out.Values[k] = v
+	}
+	out.Key = arena.key(out.Values, l.Key)
+	out.unavail = noteUnavailable(out.Values)
+	return nil
+}
+
 // headerKey encodes a key carried in a record header (a JSON object of
 // the key columns, debezium.HeaderKey) as EncodeKey does, its columns
 // typed like rowType's.

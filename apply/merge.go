@@ -193,8 +193,21 @@ func (ix *KeyIndex) PlanBatch(ctx context.Context, reduced []Reduced, rf RowFile
 	for i := range reduced {
 		r := &reduced[i]
 		at, ok, e := found[i].at, found[i].ok, found[i].e
+		if w := r.Winner; w.tombstone {
+			// A Kafka tombstone deletes the stored row as it is: its
+			// sequence is at least the row's. With neither a row nor a
+			// change before it in the batch there is nothing to delete.
+			switch {
+			case !ok && w.Seq == nil, ok && e.deleted && bytes.Compare(w.Seq, e.seq) <= 0:
+				p.Counts.Stale++
+				p.Counts.StaleRecords += len(r.Changes)
+				continue
+			case ok && bytes.Compare(w.Seq, e.seq) < 0:
+				w.Seq = bytes.Clone(e.seq)
+			}
+		}
 		switch {
-		case ok && bytes.Compare(r.Winner.Seq, e.seq) <= 0:
+		case ok && bytes.Compare(r.Winner.Seq, e.seq) <= 0 && !r.Winner.deletesStored(e.seq, e.deleted):
 			p.Counts.Stale++
 			p.Counts.StaleRecords += len(r.Changes)
 		case ok:
@@ -726,7 +739,7 @@ func (ix *KeyIndex) resolve(r *Reduced, stored *StoredRow, appliedMicros int64, 
 	kind, values, unresolved := r.Resolve(stored)
 	c.Unresolved += unresolved
 	for _, ch := range r.Changes {
-		if kind == RowStale || (stored != nil && bytes.Compare(ch.Seq, stored.Seq) <= 0) {
+		if kind == RowStale || (stored != nil && bytes.Compare(ch.Seq, stored.Seq) <= 0 && (ch != r.Winner || !ch.deletesStored(stored.Seq, stored.Deleted))) {
 			c.StaleRecords++
 		} else {
 			c.AppliedRecords++

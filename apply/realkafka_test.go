@@ -34,6 +34,12 @@ func realBrokers(t *testing.T) []string {
 // realTopic creates a fresh topic (the broker keeps data across runs).
 func realTopic(t *testing.T, brokers []string, nparts int32) string {
 	t.Helper()
+	return realTopicWith(t, brokers, nparts, nil)
+}
+
+// realTopicWith is realTopic with topic configs.
+func realTopicWith(t *testing.T, brokers []string, nparts int32, configs map[string]*string) string {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +48,7 @@ func realTopic(t *testing.T, brokers []string, nparts int32) string {
 	topic := fmt.Sprintf("cdcapply-test-%d-%d", time.Now().UnixNano(), rand.IntN(1000))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopics(ctx, nparts, 1, nil, topic)
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, nparts, 1, configs, topic)
 	if err == nil {
 		err = resp.Error()
 	}

@@ -54,6 +54,11 @@ type Change struct {
 	// Delete marks a delete; its non-key Values are Unavailable, so they
 	// fold from the row's previous version like any unchanged column.
 	Delete bool
+	// tombstone marks a delete made of a Kafka tombstone (kafka_tombstones:
+	// delete). It has no source sequence: Reduce gives it the greatest of
+	// the key's changes before it in the batch, planning at least the
+	// stored row's, and it deletes a live row of the same sequence.
+	tombstone bool
 	// SourceTsMicros is the source commit time in microseconds since the epoch.
 	SourceTsMicros int64
 	// Values holds the table's source columns in table order. A value may
@@ -139,6 +144,13 @@ func (c *Change) newer(o *Change) bool {
 		return d > 0
 	}
 	return c.Pos.Compare(o.Pos) > 0
+}
+
+// deletesStored reports whether c is a Kafka tombstone that deletes a
+// stored row of sequence seq: a live one of the same sequence (planning
+// raised the tombstone's to it).
+func (c *Change) deletesStored(seq []byte, deleted bool) bool {
+	return c.tombstone && !deleted && bytes.Equal(c.Seq, seq)
 }
 
 // Fill is a value for a column the winning change left unavailable, taken
@@ -263,9 +275,10 @@ func reduceShard(batch []*Change) []Reduced {
 	groups := make([]keyGroup, 0, len(batch))
 	keys := make([]string, 0, len(batch))
 	gid := make([]int32, len(batch))
-	moved := false
+	moved, tombs := false, false
 	for i, c := range batch {
 		moved = moved || c.rare != nil && c.rare.oldKey != "" // rare sits by unavail
+		tombs = tombs || c.tombstone
 		id, ok := ids[c.Key]
 		if !ok {
 			id = int32(len(groups))
@@ -294,6 +307,9 @@ func reduceShard(batch []*Change) []Reduced {
 		g := placed[off : off+kg.n : off+kg.n]
 		off += kg.n
 		unavail := kg.unavail // the key's only change's
+		if tombs && len(g) > 1 {
+			inheritSeqs(g)
+		}
 		if len(g) > 1 {
 			slices.SortFunc(g, func(a, b *Change) int {
 				switch {
@@ -330,6 +346,27 @@ func reduceShard(batch []*Change) []Reduced {
 		}
 	}
 	return out
+}
+
+// inheritSeqs gives each Kafka tombstone among a key's changes (in batch
+// order, which within a partition is the topic's) the greatest sequence
+// of the changes before it: a tombstone has none of its own, and deletes
+// what came before it. Ordered by sequence, then position, it follows
+// them (the delete event it trails, or the last update of a stream whose
+// deletes are tombstones alone) and precedes any later change (a row
+// inserted again). A tombstone before every sequenced change keeps none.
+func inheritSeqs(g []*Change) {
+	var top []byte
+	for _, c := range g {
+		switch {
+		case !c.tombstone:
+			if bytes.Compare(c.Seq, top) > 0 {
+				top = c.Seq
+			}
+		case top != nil:
+			c.Seq = top
+		}
+	}
 }
 
 // keyGroup is one distinct key of a batch being reduced: its prefix, its
@@ -418,8 +455,9 @@ func (r *Reduced) fill(col int) {
 	g, w := r.Changes, r.Winner
 	for k := len(g) - 2; k >= 0; k-- {
 		// An older change with the same sequence is a replay of the
-		// winner, not a previous version.
-		if bytes.Equal(g[k].Seq, w.Seq) {
+		// winner, not a previous version (unless the winner is a Kafka
+		// tombstone, whose sequence is the one of the change it follows).
+		if bytes.Equal(g[k].Seq, w.Seq) && !w.tombstone {
 			continue
 		}
 		if ov := g[k].Values[col]; !ov.IsUnavailable() {
@@ -487,7 +525,7 @@ func (k RowKind) String() string { return rowKindNames[k] }
 // unresolved counts such NULLs.
 func (r *Reduced) Resolve(stored *StoredRow) (kind RowKind, values []schema.Value, unresolved int) {
 	w := r.Winner
-	if stored != nil && bytes.Compare(w.Seq, stored.Seq) <= 0 {
+	if stored != nil && bytes.Compare(w.Seq, stored.Seq) <= 0 && !w.deletesStored(stored.Seq, stored.Deleted) {
 		return RowStale, nil, 0
 	}
 	if r.unavail == 1 {

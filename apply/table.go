@@ -452,7 +452,7 @@ func (a *TableApplier) LateBeyondHorizon(changes []*Change) (late, kept []*Chang
 	}
 	kept = changes[:0:0]
 	for _, c := range changes {
-		if !a.index.has(c.Key) && g.Refuse(c.SourceTsMicros) {
+		if !c.tombstone && !a.index.has(c.Key) && g.Refuse(c.SourceTsMicros) {
 			late = append(late, c)
 			continue
 		}

@@ -569,3 +569,46 @@ func TestWideKey(t *testing.T) {
 		t.Fatalf("leading key %+v %v", ch.Key, err)
 	}
 }
+
+// TestDecodeTombstoneKeys: with TombstoneKeys a Kafka tombstone's Change
+// carries its key (typed by an inline key schema, else by the table's
+// row type) and its Kafka timestamp; without it, neither. A key that
+// cannot be read rejects the tombstone; a tombstone without a key has
+// none.
+func TestDecodeTombstoneKeys(t *testing.T) {
+	ctx := context.Background()
+	at := time.UnixMilli(1_700_000_000_123)
+	for _, withSchema := range []bool{true, false} {
+		t.Run(fmt.Sprintf("schema=%v", withSchema), func(t *testing.T) {
+			r := rec("dbserver1.public.customers", 13, pgKey(withSchema, 7), nil)
+			r.Timestamp = at
+			ch, err := newPG(t).Decode(ctx, r)
+			if err != nil || ch.Class != ClassKafkaTombstone || len(ch.Key.Values) != 0 || ch.SourceTsMs != 0 {
+				t.Fatalf("without TombstoneKeys: %+v %v", ch, err)
+			}
+			d := newPG(t, TombstoneKeys())
+			ch, err = d.Decode(ctx, r)
+			if err != nil || ch.Class != ClassKafkaTombstone {
+				t.Fatalf("tombstone: %+v %v", ch, err)
+			}
+			if fmt.Sprint(ch.Key.Names) != "[id]" || len(ch.Key.Values) != 1 || ch.Key.Values[0].I != 7 || ch.SourceTsMs != at.UnixMilli() || ch.Pos.Offset != 13 {
+				t.Errorf("tombstone key %v %v, source ts %d, position %v", ch.Key.Names, ch.Key.Values, ch.SourceTsMs, ch.Pos)
+			}
+			_, err = d.Decode(ctx, rec("dbserver1.public.customers", 14, []byte(`{"id":`), nil))
+			var rej *Rejection
+			if !errors.As(err, &rej) || rej.Reason != ReasonMalformedKey || rej.Pos.Offset != 14 {
+				t.Errorf("malformed tombstone key: %v", err)
+			}
+			ch, err = d.Decode(ctx, rec("dbserver1.public.customers", 15, nil, nil))
+			if err != nil || ch.Class != ClassKafkaTombstone || len(ch.Key.Values) != 0 {
+				t.Errorf("keyless tombstone: %+v %v", ch, err)
+			}
+		})
+	}
+	t.Run("avro", func(t *testing.T) {
+		ch, err := avroDecoder(t, TombstoneKeys()).Decode(ctx, rec("t", 6, avroKey(t, 9), nil))
+		if err != nil || ch.Class != ClassKafkaTombstone || len(ch.Key.Values) != 1 || !ch.Key.Values[0].Equal(schema.Int(9)) {
+			t.Errorf("avro tombstone: %+v %v", ch, err)
+		}
+	})
+}

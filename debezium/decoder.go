@@ -59,6 +59,7 @@ type config struct {
 	rowTypes        map[string]*schema.Type
 	registry        Registry
 	heartbeatPrefix string
+	tombstoneKeys   bool
 	extra           []string // see extraName
 }
 
@@ -112,6 +113,14 @@ func SequenceFields(fields ...SequenceField) Option {
 // from the Kafka record key.
 func KeyColumns(cols ...string) Option {
 	return func(c *config) error { c.keyColumns = cols; return nil }
+}
+
+// TombstoneKeys decodes the key of a Kafka tombstone (a null-valued
+// record) into its Change, which is otherwise returned without one: a
+// table that deletes on tombstones (a compacted topic, where compaction
+// removes a delete's change event once its tombstone follows) needs it.
+func TombstoneKeys() Option {
+	return func(c *config) error { c.tombstoneKeys = true; return nil }
 }
 
 // BinaryHandling is the connector's binary.handling.mode.
@@ -240,7 +249,7 @@ func New(opts ...Option) (*Decoder, error) {
 func (d *Decoder) Decode(ctx context.Context, rec *Record) (Change, error) {
 	pos := Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 	if rec.Value == nil {
-		return Change{Class: ClassKafkaTombstone, Pos: pos}, nil
+		return d.tombstone(ctx, rec, pos)
 	}
 	if d.cfg.heartbeatPrefix != "" && strings.HasPrefix(rec.Topic, d.cfg.heartbeatPrefix) {
 		return Change{Class: ClassHeartbeat, Pos: pos}, nil
@@ -260,6 +269,43 @@ func (d *Decoder) Decode(ctx context.Context, rec *Record) (Change, error) {
 		return Change{}, rej
 	}
 	return d.finish(ctx, rec, &env)
+}
+
+// tombstone is the Change of a Kafka tombstone: its key when TombstoneKeys
+// is set and the record has one (a key that cannot be read rejects the
+// record), its Kafka timestamp as SourceTsMs (a tombstone carries no
+// source block).
+func (d *Decoder) tombstone(ctx context.Context, rec *Record, pos Position) (Change, error) {
+	ch := Change{Class: ClassKafkaTombstone, Pos: pos}
+	if !d.cfg.tombstoneKeys || rec.Key == nil || len(d.cfg.keyColumns) > 0 {
+		return ch, nil
+	}
+	ch.SourceTsMs = rec.Timestamp.UnixMilli()
+	env := envelope{pos: pos, slab: getSlab()}
+	defer putSlab(env.slab)
+	var rej *Rejection
+	if d.cfg.keyFormat == FormatAvro {
+		rej = d.avroKey(ctx, rec, &env, &ch.Key)
+	} else {
+		// A key without an inline schema is typed by the table's row
+		// type, as a change's key is by its value's.
+		if p := d.tablePlans(rec.Topic); p != nil {
+			env.rowType = p.after
+			if env.rowType == nil {
+				env.rowType = p.row
+			}
+		}
+		rej = d.jsonKey(rec, &env, &ch.Key)
+	}
+	if rej != nil {
+		return Change{}, rej
+	}
+	for i, v := range ch.Key.Values {
+		if v.IsNull() || v.IsUnavailable() {
+			return Change{}, reject(pos, ReasonMissingKey, nil, "tombstone key field %q is null", ch.Key.Names[i])
+		}
+	}
+	return ch, nil
 }
 
 // srcVal is one captured scalar of the source block (or a flattened

@@ -51,6 +51,9 @@ group.initial.rebalance.delay.ms=0
 # Small segments so retention and restarts stay cheap on a laptop-sized disk.
 log.segment.bytes=16777216
 log.retention.hours=-1
+# The log cleaner looks for compactable logs every 0.5 s (15 s by default):
+# compaction tests wait for it.
+log.cleaner.backoff.ms=500
 CONF
 }
 
