@@ -157,6 +157,9 @@ func KafkaOptions(opts ...kgo.Opt) EngineOption {
 
 // tableRun is the per-table state of the engine.
 type tableRun struct {
+	// tombs watches for deletes sent as Kafka tombstones alone while the
+	// table skips tombstones (noteSkippedTombstone).
+	tombs      tombstoneWatch
 	points     *datafile.FileCache // data files kept open for stored-row reads
 	cfg        TableConfig
 	pattern    *regexp.Regexp
@@ -1487,6 +1490,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 		e.noteOldKey(t, pre.rc, &pre.ch, &pre.rec)
 		e.keepOrRelease(t, r, pre.rc, &pre.rec)
 		t.buf.changes = append(t.buf.changes, pre.rc)
+		t.tombs.deletes = t.tombs.deletes || pre.rc.Delete
 		return
 	}
 	var rec debezium.Record
@@ -1531,6 +1535,7 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	case debezium.ClassKafkaTombstone:
 		if t.cfg.KafkaTombstones != "delete" || len(ch.Key.Values) == 0 || t.layout() == nil {
 			pb.skipped++ // carried by its delete event; or keyless, or no table yet to delete from
+			e.noteSkippedTombstone(t, r)
 			e.batches.releaseRecord(r)
 			return
 		}
@@ -1581,6 +1586,34 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 	e.noteOldKey(t, rc, &ch, &rec)
 	e.keepOrRelease(t, r, rc, &rec)
 	t.buf.changes = append(t.buf.changes, rc)
+	t.tombs.deletes = t.tombs.deletes || rc.Delete
+}
+
+// tombstoneWatch counts the Kafka tombstones a table skipped and notes
+// whether it met a delete event since the engine started.
+type tombstoneWatch struct {
+	skipped         int
+	deletes, warned bool
+}
+
+// tombstonesAlone is how many skipped tombstones, with no delete event
+// met, make noteSkippedTombstone warn: a tombstone trails its delete event,
+// so a few may come first after a start between the two, not ten.
+const tombstonesAlone = 10
+
+// noteSkippedTombstone counts a tombstone table t skipped and warns once
+// when tombstonesAlone of them came and no delete event: the table's
+// deletes arrive as tombstones alone (ExtractNewRecordState's default,
+// or a topic compacted ahead of the table), and skipping loses them.
+func (e *Engine) noteSkippedTombstone(t *tableRun, r *kgo.Record) {
+	w := &t.tombs
+	w.skipped++
+	if w.deletes || w.warned || w.skipped < tombstonesAlone {
+		return
+	}
+	w.warned = true
+	e.log.Warn("the table skipped Kafka tombstones and has met no delete event since the start: its deletes seem to arrive as tombstones alone (ExtractNewRecordState's delete.tombstone.handling.mode=tombstone, its default; or a compacted topic read behind its cleaner), and kafka_tombstones: skip ignores them, so deleted rows stay live; set kafka_tombstones: delete",
+		"table", t.cfg.Name, "tombstones", w.skipped, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
 }
 
 // noteOldKey sets c's OldKey from rec's debezium.OldKeyHeader when c is the

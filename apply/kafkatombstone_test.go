@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,9 +89,15 @@ func runCompacted(t *testing.T, brokers []string, topic, mode, tombs string, com
 	for id := 1; id <= 5; id++ {
 		change(id, int64(100+id), "c", "new")
 	}
-	_, stop := start(t, cfg)
+	var log syncBuffer
+	_, stop := start(t, cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))))
 	waitPositionsFor(t, table, topic, p.ends, time.Minute)
 	stop()
+	// The warning is given under skip only, naming the table and topic.
+	warned := strings.Contains(log.String(), "the table's topic is compacted and kafka_tombstones is skip") && strings.Contains(log.String(), "topic="+topic)
+	if warned != (tombs == "skip") {
+		t.Errorf("kafka_tombstones %s: warned of the compacted topic: %v\n%s", tombs, warned, log.String())
+	}
 
 	change(2, 200, "d", "")
 	p.tombstone(2)
@@ -250,47 +257,71 @@ func flatOrders(id int, lsn int64, op, status string) (key, value []byte) {
 // TestKafkaTombstonesFlattened: ExtractNewRecordState's default output
 // (delete.tombstone.handling.mode=tombstone) drops delete events and
 // keeps their tombstones, so a flat-json table sees its deletes only as
-// tombstones: under kafka_tombstones: delete the table is the oracle's,
-// whether the tombstone shares a batch with the row's last update or not.
+// tombstones. Under kafka_tombstones: delete the table is the oracle's,
+// whether a tombstone shares a batch with the row's last update or not;
+// under skip the rows stay live, and the engine warns once ten
+// tombstones came without a delete event.
 func TestKafkaTombstonesFlattened(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
+	for _, tombs := range []string{"skip", "delete"} {
+		t.Run(tombs, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			p := &producer{t: t, cl: cl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
+			dir := t.TempDir()
+			table := filepath.Join(dir, "orders")
+			cfg := testConfigFor(t, c.ListenAddrs(), dir, "orders", "g")
+			cfg.Tables[0].Format = "flat-json"
+			cfg.Tables[0].KafkaTombstones = tombs
+			var log syncBuffer
+			e, stop := startEngine(t, cfg, Logger(slog.New(slog.NewTextHandler(&log, nil))))
+			defer stop()
+			o := ordersOracle{}
+			change := func(id int, lsn int64, op, status string) {
+				k, v := flatOrders(id, lsn, op, status)
+				p.send(k, v, 0)
+				o.apply(id, op, status)
+			}
+			tomb := func(id int) {
+				p.tombstone(id)
+				o.apply(id, "d", "")
+			}
+			change(1, 100, "c", "a")
+			change(1, 110, "u", "b")
+			tomb(1)
+			change(2, 120, "c", "x")
+			waitPositionsFor(t, table, "orders", p.ends, time.Minute)
+			tomb(2)
+			for id := 3; id < 12; id++ {
+				change(id, int64(100*id), "c", "y")
+				tomb(id)
+			}
+			change(20, 2000, "c", "z")
+			waitPositionsFor(t, table, "orders", p.ends, time.Minute)
+			if h := e.Halted()["orders"]; h != nil {
+				t.Fatalf("halted: %v", h)
+			}
+			warned := strings.Count(log.String(), "has met no delete event since the start")
+			if tombs == "delete" {
+				sameAsOracle(t, table, o, "after deletes sent as tombstones alone")
+				if warned != 0 {
+					t.Errorf("warned of skipped tombstones under delete:\n%s", log.String())
+				}
+				return
+			}
+			if got := strings.Join(readOrders(t, table), "; "); !strings.Contains(got, "1 b false") || !strings.Contains(got, "11 y false") {
+				t.Errorf("under skip tombstones deleted rows: %s", got)
+			}
+			if warned != 1 || !strings.Contains(log.String(), "tombstones=10") {
+				t.Errorf("want one warning after 10 tombstones, got %d:\n%s", warned, log.String())
+			}
+		})
 	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	p := &producer{t: t, cl: cl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-	dir := t.TempDir()
-	table := filepath.Join(dir, "orders")
-	cfg := testConfigFor(t, c.ListenAddrs(), dir, "orders", "g")
-	cfg.Tables[0].Format = "flat-json"
-	cfg.Tables[0].KafkaTombstones = "delete"
-	e, stop := startEngine(t, cfg)
-	defer stop()
-	o := ordersOracle{}
-	change := func(id int, lsn int64, op, status string) {
-		k, v := flatOrders(id, lsn, op, status)
-		p.send(k, v, 0)
-		o.apply(id, op, status)
-	}
-	tomb := func(id int) {
-		p.tombstone(id)
-		o.apply(id, "d", "")
-	}
-	change(1, 100, "c", "a")
-	change(1, 110, "u", "b")
-	tomb(1)
-	change(2, 120, "c", "x")
-	waitPositionsFor(t, table, "orders", p.ends, time.Minute)
-	tomb(2)
-	change(3, 130, "c", "y")
-	waitPositionsFor(t, table, "orders", p.ends, time.Minute)
-	if h := e.Halted()["orders"]; h != nil {
-		t.Fatalf("halted: %v", h)
-	}
-	sameAsOracle(t, table, o, "after deletes sent as tombstones alone")
 }
