@@ -50,7 +50,8 @@ type Engine struct {
 
 	assignMu sync.Mutex // guards assigned
 	// compactChecked holds the topics whose cleanup.policy an assignment
-	// has looked at (warnCompacted); only adjustOffsets uses it.
+	// has looked at (warnCompacted), under compactMu.
+	compactMu      sync.Mutex
 	compactChecked map[string]bool
 	assigned       map[string]map[int32]bool // partitions this instance owns
 	// everAssigned is set by the first assignment; until then the poll
@@ -58,6 +59,10 @@ type Engine struct {
 	everAssigned atomic.Bool
 
 	client *kgo.Client // set by Run
+	// kc is client for the Kafka client's own goroutines (adjustOffsets):
+	// the group may assign partitions before Run's write of client is
+	// visible to them. nil until then: they do without it.
+	kc atomic.Pointer[kgo.Client]
 	// OnCommit, when set, is called after every table commit (tests,
 	// progress display). It runs on Run's goroutine.
 	OnCommit func(table string, res *Result)
@@ -657,6 +662,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		return fmt.Errorf("create kafka client: %w", err)
 	}
 	e.client = cl
+	e.kc.Store(cl)
 	defer cl.Close()
 	if e.OnOpened != nil {
 		e.OnOpened()
@@ -2388,30 +2394,35 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 // event the cleaner removed as its tombstone alone, and would keep the
 // row. One DescribeConfigs request for the topics not looked at yet.
 func (e *Engine) warnCompacted(ctx context.Context, offsets map[string]map[int32]kgo.Offset) {
-	if e.client == nil {
+	cl := e.kc.Load()
+	if cl == nil {
 		return
 	}
 	var topics []string
+	e.compactMu.Lock()
 	for topic := range offsets {
 		if t := e.tableFor(topic); t != nil && t.cfg.KafkaTombstones != "delete" && !e.compactChecked[topic] {
 			topics = append(topics, topic)
 		}
 	}
+	e.compactMu.Unlock()
 	if len(topics) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rcs, err := kadm.NewClient(e.client).DescribeTopicConfigs(ctx, topics...)
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topics...)
 	if err != nil {
 		e.log.Debug("could not read the assigned topics' cleanup.policy", "topics", topics, "err", err)
 		return
 	}
+	e.compactMu.Lock()
+	defer e.compactMu.Unlock()
 	if e.compactChecked == nil {
 		e.compactChecked = map[string]bool{}
 	}
 	for _, rc := range rcs {
-		if rc.Err != nil {
+		if rc.Err != nil || e.compactChecked[rc.Name] {
 			continue
 		}
 		e.compactChecked[rc.Name] = true
@@ -2429,7 +2440,8 @@ func (e *Engine) warnCompacted(ctx context.Context, offsets map[string]map[int32
 // a position deleted by retention to the log's start without a word, so
 // adjustOffsets says what is skipped.
 func (e *Engine) skipStarts(ctx context.Context, offsets map[string]map[int32]kgo.Offset) kadm.ListedOffsets {
-	if e.cfg.Kafka.OnOffsetGap != "skip" || e.client == nil {
+	cl := e.kc.Load()
+	if e.cfg.Kafka.OnOffsetGap != "skip" || cl == nil {
 		return nil
 	}
 	var topics []string
@@ -2441,7 +2453,7 @@ func (e *Engine) skipStarts(ctx context.Context, offsets map[string]map[int32]kg
 	if len(topics) == 0 {
 		return nil
 	}
-	starts, err := kadm.NewClient(e.client).ListStartOffsets(ctx, topics...)
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topics...)
 	if err != nil {
 		e.log.Warn("on_offset_gap is skip, and the log start offsets could not be read: offsets skipped at this assignment are not logged", "topics", topics, "err", err)
 		return nil
