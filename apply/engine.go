@@ -1545,39 +1545,31 @@ func (e *Engine) routeTo(ctx context.Context, t *tableRun, r *kgo.Record, pre *p
 			e.batches.releaseRecord(r)
 			return
 		}
-		rc := e.routedChanges.next()
-		if err := t.layout().projectTombstone(&ch, rc, &e.changeBytes); err != nil {
-			var pe *ProjectError
-			if errors.As(err, &pe) {
-				e.reject(t, pb, &rec, pe.Reason, fmt.Sprintf("%s: %s", ch.Pos, pe.Detail))
-				return
-			}
-			e.halt(t, "schema", err)
-			return
-		}
-		e.keepOrRelease(t, r, rc, &rec)
-		t.buf.changes = append(t.buf.changes, rc)
-		return
 	default: // a schema change event, a transaction marker, a message
 		pb.skipped++
 		e.batches.releaseRecord(r)
 		return
 	}
+	// A tombstone here is a delete (kafka_tombstones: delete): it has no
+	// image to evolve the layout with; projectInto takes its key.
+	tomb := ch.Class == debezium.ClassKafkaTombstone
 	if ch.Op == debezium.OpTruncate {
 		e.truncate(ctx, t, tp, pb, r, &ch)
 		return
 	}
-	if err := e.ensureLayout(ctx, t, &ch); err != nil {
-		if errors.Is(err, errResynced) {
+	if !tomb {
+		if err := e.ensureLayout(ctx, t, &ch); err != nil {
+			if errors.Is(err, errResynced) {
+				return
+			}
+			var pe *ProjectError
+			if errors.As(err, &pe) {
+				e.reject(t, pb, &rec, pe.Reason, pe.Error())
+				return
+			}
+			e.halt(t, "schema", err)
 			return
 		}
-		var pe *ProjectError
-		if errors.As(err, &pe) {
-			e.reject(t, pb, &rec, pe.Reason, pe.Error())
-			return
-		}
-		e.halt(t, "schema", err)
-		return
 	}
 	rc := e.routedChanges.next()
 	if err := t.layout().projectInto(&ch, rc, &e.changeBytes); err != nil {

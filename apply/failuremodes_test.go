@@ -503,19 +503,7 @@ func TestFetchErrorIsCountedAndLoggedOnce(t *testing.T) {
 	var refuse atomic.Bool
 	refuse.Store(true)
 	refuseWhile(c, kmsg.Fetch, &refuse, func(kreq kmsg.Request) kmsg.Response {
-		req := kreq.(*kmsg.FetchRequest)
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewFetchResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp
+		return fetchRefused(kreq, kerr.TopicAuthorizationFailed.Code)
 	})
 	updates(p, o, 3, 6)
 	refused := func() float64 {
@@ -603,6 +591,24 @@ func observedEngine(t *testing.T, c *kfake.Cluster) (e *Engine, m *Metrics, log 
 	e, stop := startEngineWith(t, testConfig(t, c.ListenAddrs(), dir), WithMetrics(m), Logger(slog.New(slog.NewTextHandler(log, nil))))
 	t.Cleanup(stop)
 	return e, m, log, dir + "/orders"
+}
+
+// fetchRefused answers a fetch request with the error code for each of
+// its partitions, as a broker refusing them does.
+func fetchRefused(kreq kmsg.Request, code int16) kmsg.Response {
+	req := kreq.(*kmsg.FetchRequest)
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // refuseWhile makes c answer every request of key with refusal(request)

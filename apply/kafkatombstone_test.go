@@ -184,20 +184,7 @@ func compactedOps(t *testing.T, brokers []string, topic string) string {
 func TestKafkaTombstonesAlone(t *testing.T) {
 	for _, mode := range []string{"copy-on-write", "merge-on-read"} {
 		t.Run(mode, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			p := &producer{t: t, cl: cl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-			dir := t.TempDir()
-			table := filepath.Join(dir, "orders")
-			cfg := testConfigFor(t, c.ListenAddrs(), dir, "orders", "g")
+			p, cfg, table := ordersOnKfake(t)
 			cfg.Tables[0].WriteMode = mode
 			cfg.Tables[0].KafkaTombstones = "delete"
 			e, stop := startEngine(t, cfg)
@@ -243,6 +230,26 @@ func TestKafkaTombstonesAlone(t *testing.T) {
 	}
 }
 
+// ordersOnKfake starts a one-broker kfake cluster with topic orders (one
+// partition), a producer to it and an orders table's configuration;
+// all of it closes with the test.
+func ordersOnKfake(t *testing.T) (p *producer, cfg *Config, table string) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	dir := t.TempDir()
+	return &producer{t: t, cl: cl, topic: "orders", nparts: 1, ends: map[int32]int64{}},
+		testConfigFor(t, c.ListenAddrs(), dir, "orders", "g"), filepath.Join(dir, "orders")
+}
+
 // flatOrders is an orders change as ExtractNewRecordState writes it with
 // add.fields=op,lsn,source.ts_ms: the row at top level, its metadata in
 // __ fields; its key as dbzOrders's.
@@ -264,20 +271,7 @@ func flatOrders(id int, lsn int64, op, status string) (key, value []byte) {
 func TestKafkaTombstonesFlattened(t *testing.T) {
 	for _, tombs := range []string{"skip", "delete"} {
 		t.Run(tombs, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			p := &producer{t: t, cl: cl, topic: "orders", nparts: 1, ends: map[int32]int64{}}
-			dir := t.TempDir()
-			table := filepath.Join(dir, "orders")
-			cfg := testConfigFor(t, c.ListenAddrs(), dir, "orders", "g")
+			p, cfg, table := ordersOnKfake(t)
 			cfg.Tables[0].Format = "flat-json"
 			cfg.Tables[0].KafkaTombstones = tombs
 			var log syncBuffer

@@ -213,14 +213,21 @@ func (l *Layout) Project(ch *debezium.Change) (*Change, error) {
 // allocates it together with the record it keeps), with its key and
 // sequence bytes from arena (nil: allocated each).
 func (l *Layout) projectInto(ch *debezium.Change, out *Change, arena *byteArena) error {
-	if !ch.Seq.Valid() {
+	// A Kafka tombstone (kafka_tombstones: delete) is a delete of its key
+	// with no sequence (see Change.tombstone) and no image; its source
+	// time is the record's Kafka timestamp.
+	tomb := ch.Class == debezium.ClassKafkaTombstone
+	if !tomb && !ch.Seq.Valid() {
 		return &ProjectError{"null_sequence", "the change has no source sequence"}
 	}
 	*out = Change{
-		Seq:            arena.sequence(ch.Seq),
 		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
-		Delete:         ch.Op == debezium.OpDelete,
+		Delete:         ch.Op == debezium.OpDelete || tomb,
+		tombstone:      tomb,
 		SourceTsMicros: ch.SourceTsMs * 1000,
+	}
+	if !tomb {
+		out.Seq = arena.sequence(ch.Seq)
 	}
 	img := ch.After
 	if out.Delete {
@@ -270,35 +277,6 @@ func (l *Layout) projectInto(ch *debezium.Change, out *Change, arena *byteArena)
 		}
 		if !ok || v.IsNull() || v.IsUnavailable() {
 			return &ProjectError{"missing_key", fmt.Sprintf("key column %q has no value", name)}
-		}
-		out.Values[k] = v
-	}
-	out.Key = arena.key(out.Values, l.Key)
-	out.unavail = noteUnavailable(out.Values)
-	return nil
-}
-
-// projectTombstone projects a Kafka tombstone's key onto the table's
-// layout as a delete (kafka_tombstones: delete): every non-key column
-// unavailable, filled like a delete's from the row's last version; no
-// sequence (see Change.tombstone); its source time is the record's
-// Kafka timestamp.
-func (l *Layout) projectTombstone(ch *debezium.Change, out *Change, arena *byteArena) error {
-	*out = Change{
-		Pos:            Position{Topic: ch.Pos.Topic, Partition: ch.Pos.Partition, Offset: ch.Pos.Offset},
-		Delete:         true,
-		tombstone:      true,
-		SourceTsMicros: ch.SourceTsMs * 1000,
-		Values:         make([]schema.Value, len(l.Source)),
-	}
-	for i := range out.Values {
-		out.Values[i] = schema.Unavailable
-	}
-	for _, k := range l.Key {
-		name := l.Source[k].Name
-		v, ok := keyValue(ch.Key, name)
-		if !ok || v.IsNull() || v.IsUnavailable() {
-			return &ProjectError{"missing_key", fmt.Sprintf("key column %q is not in the tombstone's key", name)}
 		}
 		out.Values[k] = v
 	}

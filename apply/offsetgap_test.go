@@ -170,23 +170,11 @@ func waitHalt(t *testing.T, e *Engine, table string, want ...string) error {
 func truncateOnce(c *kfake.Cluster, topic string, end int64) {
 	var fenced atomic.Bool
 	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.FetchRequest)
-		if len(req.Topics) == 0 {
+		if len(kreq.(*kmsg.FetchRequest).Topics) == 0 {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.FetchResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewFetchResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.FencedLeaderEpoch.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
 		fenced.Store(true)
-		return resp, nil, true
+		return fetchRefused(kreq, kerr.FencedLeaderEpoch.Code), nil, true
 	})
 	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		if !fenced.Load() {
