@@ -976,10 +976,11 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 	}
 	if errors.Is(err, kerr.OffsetOutOfRange) {
 		tp := checkpoint.TopicPartition{Topic: topic, Partition: partition}
-		if e.cfg.Kafka.OnOffsetGap == "skip" && e.skipGap(t, tp, err) {
+		b := e.logBounds(tp) // asked once, for the skip and the halt's words
+		if e.cfg.Kafka.OnOffsetGap == "skip" && e.skipGap(t, tp, b, err) {
 			return
 		}
-		e.halt(t, "offset_gap", e.offsetGap(t, tp, err))
+		e.halt(t, "offset_gap", e.offsetGap(t, tp, b, err))
 		return
 	}
 	if loss, ok := errors.AsType[*kgo.ErrDataLoss](err); ok {
@@ -1013,21 +1014,21 @@ func (e *Engine) fetchError(topic string, partition int32, err error) {
 }
 
 // offsetGap explains a partition's OFFSET_OUT_OF_RANGE from the log's
-// bounds, asked of the brokers: offsets deleted by retention before they
+// bounds b, asked of the brokers: offsets deleted by retention before they
 // were applied (which, and how many), or a log that ends before the
 // table's position (truncated by an unclean leader election, or a topic
 // recreated on brokers that send no topic IDs).
-func (e *Engine) offsetGap(t *tableRun, tp checkpoint.TopicPartition, err error) error {
+func (e *Engine) offsetGap(t *tableRun, tp checkpoint.TopicPartition, b logRange, err error) error {
 	pos := t.positions()
 	next, _ := pos.Next(tp)
-	start, end, lerr := e.logBounds(tp)
+	start, end, lerr := b.start, b.end, b.err
 	switch {
 	case lerr != nil:
 		return fmt.Errorf("table %s: topic %s partition %d: the next offset to apply (%d) is no longer in Kafka (deleted by retention, or past the end of a truncated log; its bounds could not be read: %v); changes would be lost: %w",
 			t.cfg.Name, tp.Topic, tp.Partition, next, lerr, err)
 	case next > end:
-		return fmt.Errorf("table %s: topic %s partition %d: the log ends at offset %d, before the next offset to apply (%d): it was truncated (an unclean leader election) or the topic recreated, and the records it gets at offsets %d..%d would be skipped (under either on_offset_gap setting); restore the table to a version whose position is at most %d (cdcapply restore) to read them, or rebuild it: %w",
-			t.cfg.Name, tp.Topic, tp.Partition, end, next, end, next-1, end, err)
+		return fmt.Errorf("table %s: topic %s partition %d: the log ends at offset %d, before the next offset to apply (%d): it was truncated (an unclean leader election) or the topic recreated, %s: %w",
+			t.cfg.Name, tp.Topic, tp.Partition, end, next, truncatedLoss(end, next), err)
 	}
 	if gerr := checkpoint.CheckGap(t.cfg.Name, pos, tp, start); gerr != nil {
 		return fmt.Errorf("%w; %d records lost unless the source is snapshotted again: %w", gerr, start-next, err)
@@ -1057,22 +1058,30 @@ func (e *Engine) dataLoss(t *tableRun, tp checkpoint.TopicPartition, loss *kgo.E
 		e.rewind(t)
 		return
 	}
-	e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the log was truncated (an unclean leader election) to end at offset %d, below the table's position (%d): the table holds changes the log no longer has, and the records it gets at offsets %d..%d would be skipped (under either on_offset_gap setting); restore the table to a version whose position is at most %d (cdcapply restore) to read them, or rebuild it: %w",
-		t.cfg.Name, tp.Topic, tp.Partition, loss.ResetTo, next, loss.ResetTo, next-1, loss.ResetTo, loss))
+	e.halt(t, "offset_gap", fmt.Errorf("table %s: topic %s partition %d: the log was truncated (an unclean leader election) to end at offset %d, below the table's position (%d): the table holds changes the log no longer has, %s: %w",
+		t.cfg.Name, tp.Topic, tp.Partition, loss.ResetTo, next, truncatedLoss(loss.ResetTo, next), loss))
+}
+
+// truncatedLoss says what a log ending at end, before the table's next
+// offset, costs and what to do (the halt's words for either way the
+// engine learns of it).
+func truncatedLoss(end, next int64) string {
+	return fmt.Sprintf("and the records it gets at offsets %d..%d would be skipped (under either on_offset_gap setting); restore the table to a version whose position is at most %d (cdcapply restore) to read them, or rebuild it",
+		end, next-1, end)
 }
 
 // skipGap handles, under on_offset_gap: skip, a partition refused with
 // OFFSET_OUT_OF_RANGE while being read: offsets retention deleted before
 // the engine read them are logged, counted and skipped (the partition is
-// sought to the log's start). It returns false when the log ends before
-// the offset to read (truncated, or a topic recreated on brokers that
-// send no topic IDs): its next records would take offsets the table has
-// read, so the table halts under either setting. A refusal the log's
+// sought to the log's start). It returns false when the log's bounds b
+// end before the offset to read (truncated, or a topic recreated on
+// brokers that send no topic IDs): its next records would take offsets
+// the table has read, so the table halts under either setting. A refusal the log's
 // bounds do not explain, or bounds that cannot be read, backs off and
 // asks again at the next refusal.
-func (e *Engine) skipGap(t *tableRun, tp checkpoint.TopicPartition, err error) bool {
+func (e *Engine) skipGap(t *tableRun, tp checkpoint.TopicPartition, b logRange, err error) bool {
 	next := t.readNext(tp)
-	start, end, lerr := e.logBounds(tp)
+	start, end, lerr := b.start, b.end, b.err
 	switch {
 	case lerr == nil && next > end:
 		return false
@@ -1107,34 +1116,41 @@ func (t *tableRun) readNext(tp checkpoint.TopicPartition) int64 {
 	return next
 }
 
+// logRange is a partition's log bounds as the brokers gave them: its
+// start offset and end offset (high watermark), or why they could not.
+type logRange struct {
+	start, end int64
+	err        error
+}
+
 // logBounds asks the brokers for tp's log start offset and end offset
 // (high watermark), within 5 s.
-func (e *Engine) logBounds(tp checkpoint.TopicPartition) (start, end int64, err error) {
+func (e *Engine) logBounds(tp checkpoint.TopicPartition) logRange {
 	if e.client == nil {
-		return 0, 0, errors.New("no Kafka client")
+		return logRange{err: errors.New("no Kafka client")}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(e.client)
 	starts, err := adm.ListStartOffsets(ctx, tp.Topic)
 	if err != nil {
-		return 0, 0, err
+		return logRange{err: err}
 	}
 	ends, err := adm.ListEndOffsets(ctx, tp.Topic)
 	if err != nil {
-		return 0, 0, err
+		return logRange{err: err}
 	}
 	s, ok1 := starts.Lookup(tp.Topic, tp.Partition)
 	n, ok2 := ends.Lookup(tp.Topic, tp.Partition)
 	switch {
 	case !ok1 || !ok2:
-		return 0, 0, fmt.Errorf("the brokers did not list partition %s", tp)
+		return logRange{err: fmt.Errorf("the brokers did not list partition %s", tp)}
 	case s.Err != nil:
-		return 0, 0, s.Err
+		return logRange{err: s.Err}
 	case n.Err != nil:
-		return 0, 0, n.Err
+		return logRange{err: n.Err}
 	}
-	return s.Offset, n.Offset, nil
+	return logRange{start: s.Offset, end: n.Offset}
 }
 
 // fetchRetry is a partition's fetch back-off: refusals in a row (none for
