@@ -365,6 +365,10 @@ func TestEngineBatchGrowsWhileACommitRuns(t *testing.T) {
 // before it, as it is of that batch's Read.
 func TestBatchReportAppendedTimes(t *testing.T) {
 	p, _, cfg := tenRecordBatches(t)
+	// Where batches end depends on what each poll brings while a commit
+	// is under way (a due batch reads on up to the backlog bound): the
+	// last records may be fewer than ten, and are flushed by latency.
+	cfg.Tables[0].Flush.MaxLatency = Duration(time.Second)
 	var mu sync.Mutex
 	var reports []*BatchReport
 	_, stop := startEngineWith(t, cfg, func(e *Engine) {
