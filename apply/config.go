@@ -69,6 +69,10 @@ type KafkaConfig struct {
 	// DefaultSessionTimeout.
 	SessionTimeout Duration `json:"session_timeout,omitempty"`
 	OnOffsetGap    string   `json:"on_offset_gap,omitempty"`
+	// Assignment is how the group divides partitions among its processes:
+	// AssignTables (each table's partitions to one process, the default)
+	// or AssignPartitions (Kafka's cooperative-sticky).
+	Assignment string `json:"assignment,omitempty"`
 	// FetchMaxBytes bounds one fetch response (Kafka's fetch.max.bytes,
 	// in bytes as the broker stores them, compressed) and
 	// FetchMaxPartitionBytes one partition's part of it; 0 takes
@@ -341,6 +345,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 func (c *Config) complete() {
 	if c.Kafka.OnOffsetGap == "" {
 		c.Kafka.OnOffsetGap = "fail"
+	}
+	if c.Kafka.Assignment == "" {
+		c.Kafka.Assignment = AssignTables
 	}
 	c.Kafka.FetchMaxBytes, c.Kafka.FetchMaxPartitionBytes = c.Kafka.fetchLimits()
 	base := merge(builtinDefaults, c.Defaults)

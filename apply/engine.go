@@ -561,6 +561,24 @@ func (e *Engine) tableFor(topic string) *tableRun {
 	return found
 }
 
+// tableBalancer is the group balancer of kafka.assignment: tables; as the
+// group's leader it logs each plan.
+func (e *Engine) tableBalancer() tableBalancer {
+	return tableBalancer{
+		tableOf: func(topic string) string {
+			if t := e.tableFor(topic); t != nil {
+				return t.cfg.Name
+			}
+			return ""
+		},
+		balanced: func(plan map[string][]string) {
+			for member, units := range plan {
+				e.log.Info("group balanced by table (this process leads the group)", "group", e.cfg.Kafka.Group, "member", member, "given", units)
+			}
+		},
+	}
+}
+
 // kafkaOptions builds the franz-go client of the pipeline.
 func (e *Engine) kafkaOptions() []kgo.Opt {
 	opts := []kgo.Opt{
@@ -586,6 +604,14 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 	}
 	if st := e.cfg.Kafka.SessionTimeout; st > 0 {
 		opts = append(opts, kgo.SessionTimeout(time.Duration(st)))
+	}
+	if e.cfg.Kafka.Assignment == AssignPartitions {
+		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	} else {
+		// cooperative-sticky second: the protocol of a group whose members
+		// do not all offer the table protocol (an older cdcapply in a
+		// rolling upgrade, a process set to partitions).
+		opts = append(opts, kgo.Balancers(e.tableBalancer(), kgo.CooperativeStickyBalancer()))
 	}
 	// A position gone by retention must surface as an error, not a silent
 	// jump: the client reports OffsetOutOfRange instead of resetting, and

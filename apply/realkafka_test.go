@@ -96,6 +96,9 @@ func TestRealKafkaRebalanceAndBrokerRestart(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := testConfigFor(t, brokers, dir, topic, topic+"-group")
+	// Two writers on one table: B takes half of its partitions (under
+	// the default, tables, B would wait idle until A stops).
+	cfg.Kafka.Assignment = AssignPartitions
 	table := dir + "/orders"
 
 	_, stopA := startEngineWith(t, cfg, KafkaOptions(kgo.ClientID("instance-a")))

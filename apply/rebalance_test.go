@@ -121,10 +121,18 @@ func (b *syncBuffer) String() string {
 }
 
 // TestRebalanceAndZombie: two instances in one group on one table,
-// partitions moving between them mid-stream, and a paused instance that
-// wakes up after losing its partitions. The table equals the oracle and
-// the zombie's commit is fenced.
+// partitions moving between them mid-stream (under kafka.assignment:
+// partitions the joining instance takes half of them; under tables, the
+// default, it waits idle), and a paused instance that wakes up after
+// losing its partitions. The table equals the oracle and the zombie's
+// commit is fenced.
 func TestRebalanceAndZombie(t *testing.T) {
+	for _, assignment := range []string{AssignPartitions, AssignTables} {
+		t.Run(assignment, func(t *testing.T) { rebalanceAndZombie(t, assignment) })
+	}
+}
+
+func rebalanceAndZombie(t *testing.T, assignment string) {
 	const nparts = 4
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(nparts, "orders"),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond))
@@ -155,6 +163,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 
 	dir := t.TempDir()
 	cfg := testConfig(t, c.ListenAddrs(), dir)
+	cfg.Kafka.Assignment = assignment
 	table := dir + "/orders"
 
 	// Instance A alone.

@@ -67,7 +67,7 @@ func (b Brokers) DescribeGroup(ctx context.Context, group string) (*Group, error
 	if d.Err != nil {
 		return nil, fmt.Errorf("describe consumer group %s: %w", group, d.Err)
 	}
-	g := &Group{Name: group, State: d.State, Members: []Member{}}
+	g := &Group{Name: group, State: d.State, Protocol: d.Protocol, Members: []Member{}}
 	for _, dm := range d.Members {
 		m := Member{ClientID: dm.ClientID, Host: dm.ClientHost, Partitions: []string{}}
 		if dm.InstanceID != nil {

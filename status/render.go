@@ -150,6 +150,9 @@ func writeGroup(b *strings.Builder, g *Group) {
 	if len(g.Members) == 1 {
 		members = "1 member"
 	}
+	if g.Protocol != "" {
+		members += ", assigned by " + g.Protocol
+	}
 	fmt.Fprintf(b, "consumer group %s: %s, %s\n", g.Name, g.State, members)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	if len(g.Members) > 0 {
@@ -163,6 +166,10 @@ func writeGroup(b *strings.Builder, g *Group) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", id, m.ClientID, m.Host, partitionsText(m.Partitions))
 	}
 	tw.Flush()
+	for _, sp := range g.Split {
+		fmt.Fprintf(b, "  table %s is read by %d members (%s): each writes it, and their commits conflict on the files both change; kafka.assignment: tables keeps a table on one member\n",
+			sp.Table, len(sp.Members), strings.Join(sp.Members, ", "))
+	}
 	if len(g.Unassigned) > 0 {
 		fmt.Fprintf(b, "  unassigned: %s (no member reads them: nothing applies them until the group assigns them)\n", partitionsText(g.Unassigned))
 	}

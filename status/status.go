@@ -58,13 +58,29 @@ type Group struct {
 	Name string `json:"name"`
 	// State is the coordinator's: Stable, PreparingRebalance,
 	// CompletingRebalance, Empty (no process is a member) or Dead.
-	State   string   `json:"state,omitempty"`
-	Members []Member `json:"members"`
+	State string `json:"state,omitempty"`
+	// Protocol is the group's partition assignment protocol:
+	// cdcapply-tables (kafka.assignment: tables, one member per table) or
+	// cooperative-sticky (partitions; or a group some member of which
+	// does not offer the table protocol: an older cdcapply).
+	Protocol string   `json:"protocol,omitempty"`
+	Members  []Member `json:"members"`
+	// Split are the tables whose partitions several members read: each
+	// writes the table, and their commits conflict on the files both
+	// change (each conflict reads a batch again).
+	Split []SplitTable `json:"split,omitempty"`
 	// Unassigned are the tables' partitions (those the report lists) that
 	// no member reads: nobody applies them until the group assigns them.
 	Unassigned []string `json:"unassigned,omitempty"`
 	// Error is why the group could not be described.
 	Error string `json:"error,omitempty"`
+}
+
+// SplitTable is a table read by several members of the group.
+type SplitTable struct {
+	Table string `json:"table"`
+	// Members are the instance ids (client ids of dynamic members).
+	Members []string `json:"members"`
 }
 
 // Member is one process of the group.
@@ -389,18 +405,32 @@ func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
 	if err != nil {
 		return &Group{Name: opts.Group, Members: []Member{}, Error: err.Error()}
 	}
-	read := map[string]bool{}
+	read := map[string]string{} // partition -> member
 	for _, m := range g.Members {
+		name := m.InstanceID
+		if name == "" {
+			name = m.ClientID
+		}
 		for _, p := range m.Partitions {
-			read[p] = true
+			read[p] = name
 		}
 	}
 	for _, t := range tables {
+		var readers []string
 		for _, p := range t.Partitions {
-			if tp := (checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}).String(); !read[tp] {
+			tp := (checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}).String()
+			m, ok := read[tp]
+			if !ok {
 				g.Unassigned = append(g.Unassigned, tp)
-				read[tp] = true // a topic shared by two tables is listed once
+				read[tp] = "" // a topic shared by two tables is listed once
 			}
+			if m != "" && !slices.Contains(readers, m) {
+				readers = append(readers, m)
+			}
+		}
+		if len(readers) > 1 {
+			slices.Sort(readers)
+			g.Split = append(g.Split, SplitTable{Table: t.Name, Members: readers})
 		}
 	}
 	return g

@@ -535,16 +535,21 @@ func TestStatusBrokers(t *testing.T) {
 // TestStatusGroupMembers runs two engines in one group (static members
 // s-0 and s-1) over a three-partition topic on an in-process Kafka and
 // asks `cdcapply status --config` who reads what: both members with their
-// instance ids, the partitions split between them, none unassigned. A
-// group named on the command line that has no members lists every
-// partition as unassigned.
+// instance ids, none unassigned. Under kafka.assignment: partitions the
+// partitions are split between them, and status names the table read by
+// both; under tables one member reads all three. A group named on the
+// command line that has no members lists every partition as unassigned.
 func TestStatusGroupMembers(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
+	for _, assignment := range []string{apply.AssignPartitions, apply.AssignTables} {
+		t.Run(assignment, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			statusGroupMembers(t, c.ListenAddrs(), "", assignment)
+		})
 	}
-	defer c.Close()
-	statusGroupMembers(t, c.ListenAddrs(), "")
 }
 
 // TestStatusGroupMembersRealKafka is the same against a real Apache Kafka
@@ -557,12 +562,16 @@ func TestStatusGroupMembersRealKafka(t *testing.T) {
 		}
 		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
 	}
-	statusGroupMembers(t, strings.Split(b, ","), fmt.Sprintf("members%d", time.Now().UnixNano()))
+	for _, assignment := range []string{apply.AssignPartitions, apply.AssignTables} {
+		t.Run(assignment, func(t *testing.T) {
+			statusGroupMembers(t, strings.Split(b, ","), fmt.Sprintf("members%d", time.Now().UnixNano()), assignment)
+		})
+	}
 }
 
-// statusGroupMembers is TestStatusGroupMembers on brokers; server names
-// the topics ("" keeps the default).
-func statusGroupMembers(t *testing.T, brokers []string, server string) {
+// statusGroupMembers is TestStatusGroupMembers on brokers under
+// kafka.assignment; server names the topics ("" keeps the default).
+func statusGroupMembers(t *testing.T, brokers []string, server, assignment string) {
 	wcfg := workload.Default()
 	wcfg.Events, wcfg.Keys, wcfg.SnapshotKeys, wcfg.Partitions = 2000, 500, 200, 3
 	if server != "" {
@@ -573,11 +582,11 @@ func statusGroupMembers(t *testing.T, brokers []string, server string) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "pipeline.yaml")
 	yaml := fmt.Sprintf(`pipeline: {id: members}
-kafka: {brokers: [%s], group: members-test%s}
+kafka: {brokers: [%s], group: members-test%s, assignment: %s}
 defaults: {flush: {max_latency: 100ms}}
 tables:
   - {name: orders, topic: %s, location: %s/orders, key_columns: [id]}
-`, brokers[0], server, g.Topic(), dir)
+`, brokers[0], server, assignment, g.Topic(), dir)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -605,17 +614,22 @@ tables:
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var out string
 		rep, out = statusReport(t, "--config", cfgPath)
-		if gr := rep.Group; gr != nil && gr.State == "Stable" && len(gr.Members) == 2 && len(gr.Unassigned) == 0 && len(rep.Tables[0].Partitions) == 3 {
+		if gr := rep.Group; gr != nil && gr.State == "Stable" && len(gr.Members) == 2 && len(gr.Unassigned) == 0 && len(rep.Tables[0].Partitions) == 3 &&
+			(assignment == apply.AssignTables || len(gr.Split) == 1) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the group never showed two members sharing the three partitions:\n%s", out)
+			t.Fatalf("the group never showed two members reading the three partitions:\n%s", out)
 		}
 	}
 	read := map[string]string{}
+	reading := 0
 	for _, m := range rep.Group.Members {
-		if m.InstanceID != "s-0" && m.InstanceID != "s-1" || len(m.Partitions) == 0 {
-			t.Errorf("member %+v: want instance s-0 or s-1 reading at least one partition", m)
+		if m.InstanceID != "s-0" && m.InstanceID != "s-1" {
+			t.Errorf("member %+v: want instance s-0 or s-1", m)
+		}
+		if len(m.Partitions) > 0 {
+			reading++
 		}
 		for _, p := range m.Partitions {
 			if other, ok := read[p]; ok {
@@ -634,6 +648,20 @@ tables:
 		t.Fatal(err)
 	}
 	mustContain(t, "status text", text, "consumer group members-test"+server+": Stable, 2 members", "s-0", "s-1")
+	switch assignment {
+	case apply.AssignTables:
+		// One writer: the other member waits, holding nothing.
+		if reading != 1 || len(rep.Group.Split) != 0 || rep.Group.Protocol != "cdcapply-tables" {
+			t.Errorf("under tables: %d members reading, split %v, protocol %q; want 1, none, cdcapply-tables", reading, rep.Group.Split, rep.Group.Protocol)
+		}
+		mustContain(t, "status text", text, "assigned by cdcapply-tables")
+	default:
+		if reading != 2 || rep.Group.Protocol != "cooperative-sticky" || len(rep.Group.Split) != 1 ||
+			rep.Group.Split[0].Table != "orders" || fmt.Sprint(rep.Group.Split[0].Members) != "[s-0 s-1]" {
+			t.Errorf("under partitions: %d members reading, split %+v, protocol %q; want 2, orders by [s-0 s-1], cooperative-sticky", reading, rep.Group.Split, rep.Group.Protocol)
+		}
+		mustContain(t, "status text", text, "table orders is read by 2 members (s-0, s-1)")
+	}
 
 	rep, _ = statusReport(t, "--config", cfgPath, "--group", "nobody"+server)
 	if gr := rep.Group; gr == nil || len(gr.Members) != 0 || len(gr.Unassigned) != 3 {

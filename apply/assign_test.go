@@ -1,0 +1,475 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// balanceMember is one member of a group the tests balance: the topics it
+// consumes, the table each is read by (as its process's config says) and
+// what it owns from the generation it names.
+type balanceMember struct {
+	id     string
+	tables map[string]string // topic -> table
+	owned  map[string][]int32
+	gen    int32
+}
+
+// balanceOnce runs the table balancer as a group's leader would, and
+// returns each member's assignment: member -> topic -> partitions.
+func balanceOnce(t *testing.T, members []balanceMember, topics map[string]int32) map[string]map[string][]int32 {
+	t.Helper()
+	var join []kmsg.JoinGroupResponseMember
+	var leader tableBalancer
+	for _, m := range members {
+		var interests []string
+		for topic := range m.tables {
+			interests = append(interests, topic)
+		}
+		slices.Sort(interests)
+		tb := tableBalancer{tableOf: func(topic string) string { return m.tables[topic] }}
+		if leader.tableOf == nil {
+			leader = tb
+		}
+		jm := kmsg.NewJoinGroupResponseMember()
+		jm.MemberID = m.id
+		jm.ProtocolMetadata = tb.JoinGroupMetadata(interests, m.owned, m.gen)
+		join = append(join, jm)
+	}
+	gb, _, err := leader.MemberBalancer(join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := gb.(kgo.GroupMemberBalancerOrError).BalanceOrError(topics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string][]int32{}
+	for _, a := range plan.IntoSyncAssignment() {
+		got, err := leader.ParseSyncAssignment(a.MemberAssignment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for topic, parts := range got {
+			if len(parts) == 0 {
+				delete(got, topic)
+			} else {
+				slices.Sort(parts)
+			}
+		}
+		out[a.MemberID] = got
+	}
+	return out
+}
+
+// assignmentString prints an assignment as "a:orders[0 1] b:" (members and
+// topics sorted).
+func assignmentString(a map[string]map[string][]int32) string {
+	var ms []string
+	for m := range a {
+		ms = append(ms, m)
+	}
+	slices.Sort(ms)
+	var b strings.Builder
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(m + ":")
+		var ts []string
+		for topic := range a[m] {
+			ts = append(ts, topic)
+		}
+		slices.Sort(ts)
+		for j, topic := range ts {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s%v", topic, a[m][topic])
+		}
+	}
+	return b.String()
+}
+
+func TestTableBalancer(t *testing.T) {
+	shop := map[string]string{"orders": "orders", "customers": "customers"}
+	all := func(n int32) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		members []balanceMember
+		topics  map[string]int32
+		want    string
+	}{
+		{
+			name:    "a new group spreads tables, each whole",
+			members: []balanceMember{{id: "a", tables: shop}, {id: "b", tables: shop}},
+			topics:  map[string]int32{"orders": 4, "customers": 4},
+			want:    "a:customers[0 1 2 3] b:orders[0 1 2 3]",
+		},
+		{
+			// b joins a group where a owns both: a keeps one table and
+			// gives up the other, which b gets only once a has revoked
+			// it (the next case).
+			name: "a member joins: a table leaves its owner first",
+			members: []balanceMember{
+				{id: "a", tables: shop, owned: map[string][]int32{"orders": all(4), "customers": all(4)}, gen: 3},
+				{id: "b", tables: shop},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "a:customers[0 1 2 3] b:",
+		},
+		{
+			name: "and is given to the new member in the next balance",
+			members: []balanceMember{
+				{id: "a", tables: shop, owned: map[string][]int32{"customers": all(4)}, gen: 4},
+				{id: "b", tables: shop, gen: 4},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "a:customers[0 1 2 3] b:orders[0 1 2 3]",
+		},
+		{
+			name: "a member leaves: its tables go to the others, the rest stay",
+			members: []balanceMember{
+				{id: "b", tables: shop, owned: map[string][]int32{"orders": all(4)}, gen: 5},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "b:customers[0 1 2 3],orders[0 1 2 3]",
+		},
+		{
+			name:    "one table stays whole: the other members idle",
+			members: []balanceMember{{id: "a", tables: shop}, {id: "b", tables: shop}, {id: "c", tables: shop}},
+			topics:  map[string]int32{"orders": 8},
+			want:    "a:orders[0 1 2 3 4 5 6 7] b: c:",
+		},
+		{
+			name: "a pattern table's topics go together",
+			members: []balanceMember{
+				{id: "a", tables: map[string]string{"db.s.a": "all", "db.s.b": "all", "x": "x"}},
+				{id: "b", tables: map[string]string{"db.s.a": "all", "db.s.b": "all", "x": "x"}},
+			},
+			topics: map[string]int32{"db.s.a": 2, "db.s.b": 2, "x": 1},
+			want:   "a:db.s.a[0 1],db.s.b[0 1] b:x[0]",
+		},
+		{
+			name: "a table goes only to a member that consumes it",
+			members: []balanceMember{
+				{id: "a", tables: shop},
+				{id: "b", tables: map[string]string{"orders": "orders"}},
+			},
+			topics: map[string]int32{"orders": 1, "customers": 6},
+			want:   "a:customers[0 1 2 3 4 5] b:orders[0]",
+		},
+		{
+			// No member consumes both topics of t: each topic alone.
+			name: "a table no member reads whole is split by topic",
+			members: []balanceMember{
+				{id: "a", tables: map[string]string{"t1": "t"}},
+				{id: "b", tables: map[string]string{"t2": "t"}},
+			},
+			topics: map[string]int32{"t1": 2, "t2": 2},
+			want:   "a:t1[0 1] b:t2[0 1]",
+		},
+		{
+			// From cooperative-sticky's split: customers (first by name
+			// among equal weights) stays with a (a tie of two partitions
+			// each, a joined first), orders with b; each revokes its
+			// partitions of the other's table before that one gets them.
+			name: "a group leaving partition assignment",
+			members: []balanceMember{
+				{id: "a", tables: shop, owned: map[string][]int32{"orders": {0, 1}, "customers": {0, 1}}, gen: 7},
+				{id: "b", tables: shop, owned: map[string][]int32{"orders": {2, 3}, "customers": {2, 3}}, gen: 7},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "a:customers[0 1] b:orders[2 3]",
+		},
+		{
+			// A claim from an older generation is stale: the member with
+			// the newest claim owns the partitions.
+			name: "a stale claim does not hold a table",
+			members: []balanceMember{
+				{id: "a", tables: shop, owned: map[string][]int32{"orders": all(4)}, gen: 2},
+				{id: "b", tables: shop, owned: map[string][]int32{"orders": all(4)}, gen: 9},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "a:customers[0 1 2 3] b:orders[0 1 2 3]",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := assignmentString(balanceOnce(t, c.members, c.topics))
+			if got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestTableBalancerSettles: members joining one at a time, each balance's
+// revocations applied before the next, end with every table whole on one
+// member, no partition held twice, and the tables spread by partitions.
+func TestTableBalancerSettles(t *testing.T) {
+	tables := map[string]string{}
+	topics := map[string]int32{}
+	for i, n := range []int32{6, 3, 3, 2, 1, 1, 1, 1} {
+		topic := fmt.Sprintf("t%d", i)
+		tables[topic] = fmt.Sprintf("table%d", i)
+		topics[topic] = n
+	}
+	owned := map[string]map[string][]int32{}
+	gen := int32(1)
+	var members []balanceMember
+	for _, id := range []string{"a", "b", "c"} {
+		members = append(members, balanceMember{id: id, tables: tables})
+		for round := 0; round < 3; round++ {
+			for i := range members {
+				members[i].owned, members[i].gen = owned[members[i].id], gen
+			}
+			owned = balanceOnce(t, members, topics)
+			gen++
+			held := map[string]string{}
+			for m, a := range owned {
+				for topic, parts := range a {
+					for _, p := range parts {
+						tp := fmt.Sprintf("%s/%d", topic, p)
+						if other, ok := held[tp]; ok {
+							t.Fatalf("%d members, round %d: %s given to %s and %s", len(members), round, tp, other, m)
+						}
+						held[tp] = m
+					}
+				}
+			}
+		}
+		// Settled: everything assigned, each topic on one member.
+		loads := map[string]int{}
+		for m, a := range owned {
+			for topic, parts := range a {
+				if len(parts) != int(topics[topic]) {
+					t.Errorf("%d members: %s holds %v of %s's %d partitions", len(members), m, parts, topic, topics[topic])
+				}
+				loads[m] += len(parts)
+			}
+		}
+		total := 0
+		for _, l := range loads {
+			total += l
+		}
+		if total != 18 {
+			t.Errorf("%d members: %d of 18 partitions assigned: %s", len(members), total, assignmentString(owned))
+		}
+		// Within a table's size of an even share.
+		for m, l := range loads {
+			if share := (18 + len(members) - 1) / len(members); l > share+5 {
+				t.Errorf("%d members: %s holds %d partitions, share %d: %s", len(members), m, l, share, assignmentString(owned))
+			}
+		}
+		t.Logf("%d members: %s", len(members), assignmentString(owned))
+	}
+}
+
+// groupAssignment describes the group: its protocol, and member client
+// id -> topic -> partitions.
+func groupAssignment(t *testing.T, brokers []string, group string) (string, map[string]map[string][]int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := groups[group]
+	out := map[string]map[string][]int32{}
+	for _, m := range g.Members {
+		a := map[string][]int32{}
+		if c, ok := m.Assigned.AsConsumer(); ok {
+			for _, topic := range c.Topics {
+				if len(topic.Partitions) > 0 {
+					a[topic.Topic] = slices.Sorted(slices.Values(topic.Partitions))
+				}
+			}
+		}
+		out[m.ClientID] = a
+	}
+	return g.Protocol, out
+}
+
+// TestGroupAssignsTables runs two processes of one group on kfake: each
+// table's partitions go to one of them, the tables are spread, and no
+// batch is fenced or resynced, where partition assignment splits tables.
+func TestGroupAssignsTables(t *testing.T) {
+	for _, assignment := range []string{AssignTables, AssignPartitions} {
+		t.Run(assignment, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "orders", "customers"),
+				kfake.GroupMinSessionTimeout(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			runGroupOfTwo(t, c.ListenAddrs(), [2]string{"orders", "customers"}, "cdcapply-test", assignment, startEngine)
+		})
+	}
+}
+
+// TestRealKafkaGroupAssignsTables is TestGroupAssignsTables against a real
+// Apache Kafka broker.
+func TestRealKafkaGroupAssignsTables(t *testing.T) {
+	brokers := realBrokers(t)
+	for _, assignment := range []string{AssignTables, AssignPartitions} {
+		t.Run(assignment, func(t *testing.T) {
+			topics := [2]string{realTopic(t, brokers, 4), realTopic(t, brokers, 4)}
+			runGroupOfTwo(t, brokers, topics, topics[0]+"-group", assignment, startEngineWith)
+		})
+	}
+}
+
+// runGroupOfTwo: tables orders and customers (on topics[0] and topics[1],
+// four partitions each) under kafka.assignment; process A alone, then B
+// joins mid-stream, then A stops. Both tables equal their oracles. Under
+// tables each table is read whole by one process once the group settles,
+// and no batch is fenced.
+func runGroupOfTwo(t *testing.T, brokers []string, topics [2]string, group, assignment string,
+	start func(*testing.T, *Config, ...EngineOption) (*Engine, func())) {
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RecordRetries(100), kgo.RetryTimeout(2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	ps := [2]*producer{}
+	oracles := [2]ordersOracle{{}, {}}
+	for i := range ps {
+		ps[i] = &producer{t: t, cl: pcl, topic: topics[i], nparts: 4, ends: map[int32]int64{}}
+	}
+	rng := rand.New(rand.NewPCG(5, 9))
+	lsn := int64(0)
+	produce := func(n int) {
+		for i := 0; i < n; i++ {
+			for j := range ps {
+				id := rng.IntN(80)
+				lsn++
+				op := []string{"c", "u", "u", "u", "d"}[rng.IntN(5)]
+				status := fmt.Sprintf("s%d", lsn)
+				ps[j].change(id, lsn, op, status)
+				oracles[j].apply(id, op, status)
+			}
+		}
+	}
+	dir := t.TempDir()
+	cfg, err := ParseConfig("test.yaml", []byte(fmt.Sprintf(`
+pipeline: {id: shop}
+kafka: {brokers: [%s], group: %s, assignment: %s}
+defaults: {flush: {max_latency: 50ms}}
+tables:
+  - {name: orders, topic: %s, location: %s/orders}
+  - {name: customers, topic: %s, location: %s/customers}
+`, strings.Join(brokers, ", "), group, assignment, topics[0], dir, topics[1], dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := [2]string{dir + "/orders", dir + "/customers"}
+	waitAll := func() {
+		t.Helper()
+		for i := range ps {
+			waitPositionsWithin(t, tables[i], "shop", topics[i], ps[i].ends, 2*time.Minute)
+		}
+	}
+	var logA, logB syncBuffer
+	a, stopA := start(t, cfg, KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
+	produce(100)
+	waitAll()
+	b, stopB := start(t, cfg, KafkaOptions(kgo.ClientID("instance-b")), Logger(slog.New(slog.NewTextHandler(&logB, nil))))
+	for i := 0; i < 10; i++ {
+		produce(30)
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitAll()
+
+	// Once settled: both members hold partitions, all eight assigned.
+	var protocol string
+	var members map[string]map[string][]int32
+	deadline := time.Now().Add(time.Minute)
+	for {
+		protocol, members = groupAssignment(t, brokers, group)
+		n, holding := 0, 0
+		for _, m := range members {
+			if len(m) > 0 {
+				holding++
+			}
+			for _, parts := range m {
+				n += len(parts)
+			}
+		}
+		if len(members) == 2 && n == 8 && holding == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group did not settle with both members holding partitions: %s %s", protocol, assignmentString(members))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("protocol %s: %s", protocol, assignmentString(members))
+	want := map[string]string{AssignTables: groupTableProtocol, AssignPartitions: "cooperative-sticky"}[assignment]
+	if protocol != want {
+		t.Errorf("group protocol %s, want %s", protocol, want)
+	}
+	if assignment == AssignTables {
+		for _, topic := range topics {
+			holders := 0
+			for _, m := range members {
+				if len(m[topic]) == 4 {
+					holders++
+				} else if len(m[topic]) > 0 {
+					t.Errorf("topic %s split between the members: %s", topic, assignmentString(members))
+				}
+			}
+			if holders != 1 {
+				t.Errorf("topic %s is held whole by %d members: %s", topic, holders, assignmentString(members))
+			}
+		}
+	}
+	produce(100)
+	waitAll()
+	stopA()
+	produce(50)
+	waitAll()
+	stopB()
+	for i, name := range []string{"orders", "customers"} {
+		if got, want := readOrders(t, tables[i]), oracles[i].rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("table %s differs from the oracle:\n got %v\nwant %v", name, got, want)
+		}
+	}
+	catchUps := strings.Count(logA.String(), "key index caught up") + strings.Count(logB.String(), "key index caught up")
+	t.Logf("fenced batches: A %d, B %d; key index catch-ups %d", a.fenced.Load(), b.fenced.Load(), catchUps)
+	if assignment == AssignTables && a.fenced.Load()+b.fenced.Load() > 0 {
+		t.Errorf("one writer per table, yet batches were fenced: A %d, B %d", a.fenced.Load(), b.fenced.Load())
+	}
+	if assignment == AssignTables && !strings.Contains(logA.String()+logB.String(), "group balanced by table") {
+		t.Error("the group's leader did not log its plan")
+	}
+	if t.Failed() {
+		t.Logf("instance A's log:\n%s", logA.String())
+		t.Logf("instance B's log:\n%s", logB.String())
+	}
+}
