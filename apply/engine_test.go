@@ -107,7 +107,7 @@ func waitPositionsFor(t *testing.T, dir, topic string, ends map[int32]int64, d t
 	return waitPositionsWithin(t, dir, "shop", topic, ends, d)
 }
 
-func waitPositionsWithin(t *testing.T, dir, pipeline, topic string, ends map[int32]int64, d time.Duration) *delta.Snapshot {
+func waitPositionsWithin(t testing.TB, dir, pipeline, topic string, ends map[int32]int64, d time.Duration) *delta.Snapshot {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
