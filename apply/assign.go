@@ -49,6 +49,23 @@ type tableBalancer struct {
 	tableOf func(topic string) string
 	// balanced, when set, is told the leader's plan (member -> tables).
 	balanced func(plan map[string][]string)
+	// synced, when set, is told the protocol of each assignment this
+	// member receives (this one's name).
+	synced func(protocol string)
+}
+
+// syncWatch is a group balancer that tells synced its protocol whenever
+// the group assigns by it: franz-go parses a member's assignment with the
+// balancer whose protocol the group chose, so this is how a member set to
+// tables learns that its group fell back to cooperative-sticky.
+type syncWatch struct {
+	kgo.GroupBalancer
+	synced func(protocol string)
+}
+
+func (w syncWatch) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	w.synced(w.ProtocolName())
+	return w.GroupBalancer.ParseSyncAssignment(assignment)
 }
 
 // tableUserData is the member metadata's user data of groupTableProtocol.
@@ -84,7 +101,10 @@ func (tb tableBalancer) JoinGroupMetadata(interests []string, current map[string
 	return meta.AppendTo(nil)
 }
 
-func (tableBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+func (tb tableBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	if tb.synced != nil {
+		tb.synced(groupTableProtocol)
+	}
 	return kgo.ParseConsumerSyncAssignment(assignment)
 }
 

@@ -154,6 +154,17 @@ func TestTableBalancer(t *testing.T) {
 			want:   "b:customers[0 1 2 3],orders[0 1 2 3]",
 		},
 		{
+			// customers would go to a by name and order alone; it stays
+			// with b, its owner, and a gets orders at once.
+			name: "a table stays with its owner",
+			members: []balanceMember{
+				{id: "a", tables: shop, gen: 4},
+				{id: "b", tables: shop, owned: map[string][]int32{"customers": all(4)}, gen: 4},
+			},
+			topics: map[string]int32{"orders": 4, "customers": 4},
+			want:   "a:orders[0 1 2 3] b:customers[0 1 2 3]",
+		},
+		{
 			name:    "one table stays whole: the other members idle",
 			members: []balanceMember{{id: "a", tables: shop}, {id: "b", tables: shop}, {id: "c", tables: shop}},
 			topics:  map[string]int32{"orders": 8},
@@ -319,38 +330,53 @@ func groupAssignment(t *testing.T, brokers []string, group string) (string, map[
 // table's partitions go to one of them, the tables are spread, and no
 // batch is fenced or resynced, where partition assignment splits tables.
 func TestGroupAssignsTables(t *testing.T) {
-	for _, assignment := range []string{AssignTables, AssignPartitions} {
-		t.Run(assignment, func(t *testing.T) {
+	for name, assignments := range groupOfTwoCases {
+		t.Run(name, func(t *testing.T) {
 			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "orders", "customers"),
 				kfake.GroupMinSessionTimeout(100*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			runGroupOfTwo(t, c.ListenAddrs(), [2]string{"orders", "customers"}, "cdcapply-test", assignment, startEngine)
+			runGroupOfTwo(t, c.ListenAddrs(), [2]string{"orders", "customers"}, "cdcapply-test", assignments, startEngine)
 		})
 	}
+}
+
+// groupOfTwoCases are the two processes' kafka.assignment: both tables,
+// both partitions, and a group mixing them (as in a rolling upgrade from
+// a cdcapply without the table protocol), which runs cooperative-sticky.
+var groupOfTwoCases = map[string][2]string{
+	AssignTables:     {AssignTables, AssignTables},
+	AssignPartitions: {AssignPartitions, AssignPartitions},
+	"mixed":          {AssignTables, AssignPartitions},
 }
 
 // TestRealKafkaGroupAssignsTables is TestGroupAssignsTables against a real
 // Apache Kafka broker.
 func TestRealKafkaGroupAssignsTables(t *testing.T) {
 	brokers := realBrokers(t)
-	for _, assignment := range []string{AssignTables, AssignPartitions} {
-		t.Run(assignment, func(t *testing.T) {
+	for name, assignments := range groupOfTwoCases {
+		t.Run(name, func(t *testing.T) {
 			topics := [2]string{realTopic(t, brokers, 4), realTopic(t, brokers, 4)}
-			runGroupOfTwo(t, brokers, topics, topics[0]+"-group", assignment, startEngineWith)
+			runGroupOfTwo(t, brokers, topics, topics[0]+"-group", assignments, startEngineWith)
 		})
 	}
 }
 
 // runGroupOfTwo: tables orders and customers (on topics[0] and topics[1],
-// four partitions each) under kafka.assignment; process A alone, then B
-// joins mid-stream, then A stops. Both tables equal their oracles. Under
-// tables each table is read whole by one process once the group settles,
-// and no batch is fenced.
-func runGroupOfTwo(t *testing.T, brokers []string, topics [2]string, group, assignment string,
+// four partitions each), processes A and B under kafka.assignment
+// assignments[0] and [1]; A alone, then B joins mid-stream, then A stops.
+// Both tables equal their oracles. When both are set to tables each
+// table is read whole by one process once the group settles, and no
+// batch is fenced; when only A is, A warns that the group does not
+// assign by table.
+func runGroupOfTwo(t *testing.T, brokers []string, topics [2]string, group string, assignments [2]string,
 	start func(*testing.T, *Config, ...EngineOption) (*Engine, func())) {
+	assignment := AssignTables
+	if assignments != [2]string{AssignTables, AssignTables} {
+		assignment = AssignPartitions // the group's protocol is cooperative-sticky
+	}
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RecordRetries(100), kgo.RetryTimeout(2*time.Minute))
 	if err != nil {
@@ -377,16 +403,20 @@ func runGroupOfTwo(t *testing.T, brokers []string, topics [2]string, group, assi
 		}
 	}
 	dir := t.TempDir()
-	cfg, err := ParseConfig("test.yaml", []byte(fmt.Sprintf(`
+	var cfgs [2]*Config
+	for i := range cfgs {
+		cfg, err := ParseConfig("test.yaml", []byte(fmt.Sprintf(`
 pipeline: {id: shop}
 kafka: {brokers: [%s], group: %s, assignment: %s}
 defaults: {flush: {max_latency: 50ms}}
 tables:
   - {name: orders, topic: %s, location: %s/orders}
   - {name: customers, topic: %s, location: %s/customers}
-`, strings.Join(brokers, ", "), group, assignment, topics[0], dir, topics[1], dir)))
-	if err != nil {
-		t.Fatal(err)
+`, strings.Join(brokers, ", "), group, assignments[i], topics[0], dir, topics[1], dir)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs[i] = cfg
 	}
 	tables := [2]string{dir + "/orders", dir + "/customers"}
 	waitAll := func() {
@@ -396,10 +426,10 @@ tables:
 		}
 	}
 	var logA, logB syncBuffer
-	a, stopA := start(t, cfg, KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
+	a, stopA := start(t, cfgs[0], KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
 	produce(100)
 	waitAll()
-	b, stopB := start(t, cfg, KafkaOptions(kgo.ClientID("instance-b")), Logger(slog.New(slog.NewTextHandler(&logB, nil))))
+	b, stopB := start(t, cfgs[1], KafkaOptions(kgo.ClientID("instance-b")), Logger(slog.New(slog.NewTextHandler(&logB, nil))))
 	for i := 0; i < 10; i++ {
 		produce(30)
 		time.Sleep(50 * time.Millisecond)
@@ -467,6 +497,10 @@ tables:
 	}
 	if assignment == AssignTables && !strings.Contains(logA.String()+logB.String(), "group balanced by table") {
 		t.Error("the group's leader did not log its plan")
+	}
+	const fellBack = "the group assigns partitions by cooperative-sticky, not by table"
+	if warned := strings.Contains(logA.String(), fellBack); warned != (assignments == groupOfTwoCases["mixed"]) {
+		t.Errorf("process A (set to %s, B to %s) warned that the group does not assign by table: %v", assignments[0], assignments[1], warned)
 	}
 	if t.Failed() {
 		t.Logf("instance A's log:\n%s", logA.String())

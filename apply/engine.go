@@ -49,6 +49,9 @@ type Engine struct {
 	routes  atomic.Pointer[map[string]*tableRun] // topic -> table, resolved once per topic; replaced, never changed
 
 	assignMu sync.Mutex // guards assigned
+	// groupProtocol is the protocol of the group's last assignment (a
+	// string), under kafka.assignment: tables.
+	groupProtocol atomic.Value
 	// compactChecked holds the topics whose cleanup.policy an assignment
 	// has looked at (warnCompacted), under compactMu.
 	compactMu      sync.Mutex
@@ -576,6 +579,19 @@ func (e *Engine) tableBalancer() tableBalancer {
 				e.log.Info("group balanced by table (this process leads the group)", "group", e.cfg.Kafka.Group, "member", member, "given", units)
 			}
 		},
+		synced: func(protocol string) {
+			// Said when the protocol changes, not at every rebalance.
+			if prev, _ := e.groupProtocol.Swap(protocol).(string); prev == protocol {
+				return
+			}
+			if protocol == groupTableProtocol {
+				e.log.Info("the group assigns partitions by table (kafka.assignment: tables)", "group", e.cfg.Kafka.Group)
+				return
+			}
+			e.log.Warn("the group assigns partitions by "+protocol+", not by table: some member does not offer "+groupTableProtocol+
+				" (an older cdcapply, or kafka.assignment: partitions), so a table may be split between processes that then write it at once and conflict; cdcapply status names such tables",
+				"group", e.cfg.Kafka.Group)
+		},
 	}
 }
 
@@ -611,7 +627,8 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		// cooperative-sticky second: the protocol of a group whose members
 		// do not all offer the table protocol (an older cdcapply in a
 		// rolling upgrade, a process set to partitions).
-		opts = append(opts, kgo.Balancers(e.tableBalancer(), kgo.CooperativeStickyBalancer()))
+		tb := e.tableBalancer()
+		opts = append(opts, kgo.Balancers(tb, syncWatch{kgo.CooperativeStickyBalancer(), tb.synced}))
 	}
 	// A position gone by retention must surface as an error, not a silent
 	// jump: the client reports OffsetOutOfRange instead of resetting, and
