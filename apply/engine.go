@@ -2439,6 +2439,17 @@ func (e *Engine) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 	return offsets, nil
 }
 
+// Compacted says whether a topic's cleanup.policy (compact, delete, or
+// both comma-separated) compacts it.
+func Compacted(policy string) bool {
+	for p := range strings.SplitSeq(policy, ",") {
+		if strings.TrimSpace(p) == "compact" {
+			return true
+		}
+	}
+	return false
+}
+
 // warnCompacted warns, once per topic and process, of each newly
 // assigned topic that is compacted while its table skips Kafka
 // tombstones: a table behind the log cleaner meets a delete whose change
@@ -2478,7 +2489,7 @@ func (e *Engine) warnCompacted(ctx context.Context, offsets map[string]map[int32
 		}
 		e.compactChecked[rc.Name] = true
 		for _, c := range rc.Configs {
-			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+			if c.Key == "cleanup.policy" && c.Value != nil && Compacted(*c.Value) {
 				e.log.Warn("the table's topic is compacted and kafka_tombstones is skip: a delete whose change event the log cleaner removed reaches the table as a Kafka tombstone alone, and the row stays live; set kafka_tombstones: delete (each key's changes in source order, as one connector writes them), or keep the table within the topic's min.compaction.lag.ms",
 					"table", e.tableFor(rc.Name).cfg.Name, "topic", rc.Name, "cleanup.policy", *c.Value)
 			}

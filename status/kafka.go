@@ -159,3 +159,32 @@ func (b Brokers) TopicIDs(ctx context.Context, topics []string) (map[string]stri
 	}
 	return out, nil
 }
+
+// CleanupPolicies returns the cleanup.policy of each of topics the cluster
+// has (Kafka's default, delete, where a topic does not set it).
+func (b Brokers) CleanupPolicies(ctx context.Context, topics []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	cl, ctx, done, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("describe topic configs: %w", err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil {
+				out[rc.Name] = *c.Value
+			}
+		}
+	}
+	return out, nil
+}

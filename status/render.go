@@ -108,6 +108,16 @@ func writeTable(b *strings.Builder, t Table) {
 			fmt.Fprintf(tw, "  topic recreated\t%s: the cluster's topic ID is %s, the table's positions were read from %s; its offsets are not the table's (lag unknown), and an engine halts the table (topic_recreated): rebuild it from the new topic\n", tp.Name, tp.Cluster, tp.Recorded)
 		}
 	}
+	for _, c := range t.Compacted {
+		switch {
+		case c.DeletesLost:
+			fmt.Fprintf(tw, "  compacted topic\t%s (cleanup.policy=%s) and the table skips Kafka tombstones: a delete whose change event the log cleaner removed reached it as a tombstone alone, and the row stayed live; set kafka_tombstones: delete, and re-snapshot the source to repair rows already kept\n", c.Topic, c.CleanupPolicy)
+		case t.KafkaTombstones == "delete":
+			fmt.Fprintf(tw, "  compacted topic\t%s (cleanup.policy=%s): Kafka tombstones delete rows (kafka_tombstones: delete)\n", c.Topic, c.CleanupPolicy)
+		default:
+			fmt.Fprintf(tw, "  compacted topic\t%s (cleanup.policy=%s): under kafka_tombstones: skip (the default) deletes the log cleaner reduced to tombstones are lost\n", c.Topic, c.CleanupPolicy)
+		}
+	}
 	fmt.Fprintf(tw, "  time travel\t%s\n", travelText(t.TimeTravel))
 	for _, u := range t.TimeTravel.Unreadable {
 		fmt.Fprintf(tw, "  \tversion %d not readable: %s\n", u.Version, u.Reason)

@@ -34,6 +34,12 @@ type EndOffsets interface {
 	EndOffsets(ctx context.Context, topics []string) (map[checkpoint.TopicPartition]int64, error)
 }
 
+// CleanupPolicyLister returns the cleanup.policy of each of topics the
+// cluster has.
+type CleanupPolicyLister interface {
+	CleanupPolicies(ctx context.Context, topics []string) (map[string]string, error)
+}
+
 // TopicIDLister returns the cluster's topic ID of each of topics that
 // exists, as Kafka's tools print it. Options.Offsets may implement it.
 type TopicIDLister interface {
@@ -108,6 +114,9 @@ type Source struct {
 	Topics []string
 	// MaxLateness, when positive, counts the tombstones a purge would take.
 	MaxLateness time.Duration
+	// KafkaTombstones is the table's kafka_tombstones setting ("skip" or
+	// "delete"); empty when not known (a table named by its location).
+	KafkaTombstones string
 }
 
 // Options configures Gather.
@@ -173,9 +182,25 @@ type Table struct {
 	TimeTravel TimeTravel `json:"time_travel"`
 	// Log is the state of the Delta log readers replay.
 	Log Log `json:"log"`
+	// KafkaTombstones is the table's kafka_tombstones setting, when known.
+	KafkaTombstones string `json:"kafka_tombstones,omitempty"`
+	// Compacted are the table's topics whose cleanup.policy compacts
+	// them: the log cleaner drops a delete's change event once its Kafka
+	// tombstone follows, so a table that skips tombstones keeps those
+	// rows live.
+	Compacted []CompactedTopic `json:"compacted_topics,omitempty"`
 	// Topics are the topic IDs the table recorded (apply.TopicsDomain),
 	// with the cluster's when the brokers were asked.
 	Topics []Topic `json:"topics,omitempty"`
+}
+
+// CompactedTopic is a compacted topic a table reads.
+type CompactedTopic struct {
+	Topic         string `json:"topic"`
+	CleanupPolicy string `json:"cleanup_policy"`
+	// DeletesLost is set when the table skips Kafka tombstones: deletes
+	// the cleaner reduced to a tombstone did not reach it.
+	DeletesLost bool `json:"deletes_lost,omitempty"`
 }
 
 // Topic is one topic the table recorded the ID of.
@@ -339,7 +364,7 @@ func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error
 	rep := &Report{At: now().UTC(), Brokers: "not configured"}
 	topicSet := map[string]bool{}
 	for _, src := range sources {
-		t := Table{Name: src.Name, Location: src.Store.Location(), State: "running", Partitions: []Partition{}}
+		t := Table{Name: src.Name, Location: src.Store.Location(), State: "running", Partitions: []Partition{}, KafkaTombstones: src.KafkaTombstones}
 		err := gatherTable(ctx, src, opts, rep.At, &t)
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("gather status: %w", err)
@@ -380,6 +405,14 @@ func Gather(ctx context.Context, sources []Source, opts Options) (*Report, error
 	}
 	for i := range rep.Tables {
 		addLag(&rep.Tables[i], ends)
+	}
+	if l, ok := opts.Offsets.(CleanupPolicyLister); ok {
+		// Without them compaction is not shown; the rest stands.
+		if policies, err := l.CleanupPolicies(ctx, topics); err == nil {
+			for i := range rep.Tables {
+				markCompacted(&rep.Tables[i], policies)
+			}
+		}
 	}
 	if l, ok := opts.Offsets.(StartOffsetLister); ok {
 		// Without them the gaps are not shown; lag stands.
@@ -434,6 +467,20 @@ func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
 		}
 	}
 	return g
+}
+
+// markCompacted lists the table's topics that policies say are compacted.
+func markCompacted(t *Table, policies map[string]string) {
+	seen := map[string]bool{}
+	for _, p := range t.Partitions {
+		if seen[p.Topic] {
+			continue
+		}
+		seen[p.Topic] = true
+		if policy := policies[p.Topic]; apply.Compacted(policy) {
+			t.Compacted = append(t.Compacted, CompactedTopic{Topic: p.Topic, CleanupPolicy: policy, DeletesLost: t.KafkaTombstones == "skip"})
+		}
+	}
 }
 
 // markRecreated sets each recorded topic's cluster ID, and whether the

@@ -83,7 +83,8 @@ func TestSIGKILLConvergesToOracle(t *testing.T) {
 // TestSIGKILLTwoProcesses is TestSIGKILLConvergesToOracle with two
 // processes in the group writing the one table (each with its own
 // instance id), a random one killed and restarted each time: the group
-// splits the partitions between them, their commits interleave in one
+// splits the partitions between them (kafka.assignment: partitions, so
+// that both write the table), their commits interleave in one
 // log (file rewrites and deletion vectors conflict and are retried), and
 // the table still ends equal to the oracle with every record accounted
 // for once, in both write modes.
@@ -165,6 +166,11 @@ func (m sigkillCase) kafkaFields(i int) string {
 	}
 	if m.sessionTimeout > 0 {
 		s += ", session_timeout: " + m.sessionTimeout.String()
+	}
+	if m.processes > 1 {
+		// Two writers on the one table: the default (tables) would
+		// give it to one process while the other waits.
+		s += ", assignment: partitions"
 	}
 	return s
 }

@@ -65,7 +65,8 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 			if *name != "" && tc.Name != *name {
 				continue
 			}
-			src := status.Source{Name: tc.Name, Store: storage.NewLocal(tc.Location), Pipeline: cfg.Pipeline.ID, MaxLateness: time.Duration(tc.MaxLateness)}
+			src := status.Source{Name: tc.Name, Store: storage.NewLocal(tc.Location), Pipeline: cfg.Pipeline.ID, MaxLateness: time.Duration(tc.MaxLateness),
+				KafkaTombstones: tc.KafkaTombstones}
 			if tc.Topic != "" {
 				src.Topics = []string{tc.Topic}
 			}

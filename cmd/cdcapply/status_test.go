@@ -683,3 +683,104 @@ func statusReport(t *testing.T, args ...string) (status.Report, string) {
 	}
 	return rep, out
 }
+
+// TestStatusCompactedTopics: a table reading a compacted topic while it
+// skips Kafka tombstones (the default) is named with the deletes it loses;
+// one whose topic is not compacted is not. Named by its location, whose
+// setting status cannot know, the table's compacted topic is still shown.
+func TestStatusCompactedTopics(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	statusCompactedTopics(t, c.ListenAddrs())
+
+	// By location: the fixture's table recorded positions on orders, now
+	// a compacted topic; its kafka_tombstones is not known.
+	_, root, _ := statusFixture(t)
+	if err := c.CreateTopic("orders", 2, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--table", filepath.Join(root, "orders"), "--pipeline", "p", "--brokers", c.ListenAddrs()[0]}
+	rep, _ := statusReport(t, args...)
+	want := []status.CompactedTopic{{Topic: "orders", CleanupPolicy: "compact"}}
+	if got := rep.Tables[0].Compacted; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("orders by location: compacted %+v, want %+v", got, want)
+	}
+	text, err := cli(t, append([]string{"status"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status text", text, "orders (cleanup.policy=compact): under kafka_tombstones: skip (the default) deletes the log cleaner reduced to tombstones are lost")
+}
+
+// TestStatusCompactedTopicsRealKafka is the same against a real Apache
+// Kafka broker (CDCAPPLY_KAFKA_BROKERS), whose topic configs list every
+// setting with its source.
+func TestStatusCompactedTopicsRealKafka(t *testing.T) {
+	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
+	if b == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
+		}
+		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
+	}
+	statusCompactedTopics(t, strings.Split(b, ","))
+}
+
+func statusCompactedTopics(t *testing.T, brokers []string) {
+	_, root, _ := statusFixture(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	n := time.Now().UnixNano()
+	compacted, plain := fmt.Sprintf("compacted-%d", n), fmt.Sprintf("plain-%d", n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for topic, policy := range map[string]string{compacted: "compact,delete", plain: "delete"} {
+		resp, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr(policy)}, topic)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatalf("create topic %s: %v", topic, err)
+		}
+	}
+	cfgPath := filepath.Join(root, "compacted.yaml")
+	cfg := fmt.Sprintf(`pipeline: {id: p}
+kafka: {brokers: [%s], group: g}
+tables:
+  - {name: orders, topic: %s, location: orders, key_columns: [id]}
+  - {name: customers, topic: %s, location: customers, key_columns: [id]}
+`, brokers[0], compacted, plain)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's own topics (orders, customers) are not in the
+	// cluster, or not compacted: only the configured ones count.
+	ours := func(cs []status.CompactedTopic) []status.CompactedTopic {
+		var out []status.CompactedTopic
+		for _, c := range cs {
+			if c.Topic == compacted || c.Topic == plain {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	rep, _ := statusReport(t, "--config", cfgPath)
+	want := []status.CompactedTopic{{Topic: compacted, CleanupPolicy: "compact,delete", DeletesLost: true}}
+	if got := ours(rep.Tables[0].Compacted); fmt.Sprint(got) != fmt.Sprint(want) || rep.Tables[0].KafkaTombstones != "skip" {
+		t.Errorf("orders: compacted %+v under %q, want %+v under skip", got, rep.Tables[0].KafkaTombstones, want)
+	}
+	if got := ours(rep.Tables[1].Compacted); len(got) != 0 {
+		t.Errorf("customers (cleanup.policy=delete): compacted %+v", got)
+	}
+	text, err := cli(t, "status", "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status text", text, "compacted topic", compacted+" (cleanup.policy=compact,delete) and the table skips Kafka tombstones")
+}
