@@ -92,14 +92,8 @@ tables:
 	b.StartTimer()
 	start := time.Now()
 	for i := range logs {
-		e, err := NewEngine(cfg, Logger(slog.New(slog.NewTextHandler(&logs[i], nil))), KafkaOptions(kgo.ClientID(fmt.Sprintf("p%d", i)),
+		_, cancel, done := runEngine(b, cfg, Logger(slog.New(slog.NewTextHandler(&logs[i], nil))), KafkaOptions(kgo.ClientID(fmt.Sprintf("p%d", i)),
 			kgo.SessionTimeout(1500*time.Millisecond), kgo.RebalanceTimeout(1500*time.Millisecond), kgo.HeartbeatInterval(200*time.Millisecond)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- e.Run(ctx) }()
 		defer func() {
 			cancel()
 			if err := <-done; err != nil {

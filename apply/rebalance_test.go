@@ -89,7 +89,7 @@ func startEngineWith(t *testing.T, cfg *Config, opts ...EngineOption) (*Engine, 
 
 // runEngine builds an engine for cfg (quiet unless opts give a logger)
 // and runs it: cancel stops it, done receives what Run returned.
-func runEngine(t *testing.T, cfg *Config, opts ...EngineOption) (e *Engine, cancel context.CancelFunc, done <-chan error) {
+func runEngine(t testing.TB, cfg *Config, opts ...EngineOption) (e *Engine, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	e, err := NewEngine(cfg, append([]EngineOption{Logger(quietLogger())}, opts...)...)
 	if err != nil {

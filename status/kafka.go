@@ -139,30 +139,45 @@ func (b Brokers) offsets(ctx context.Context, topics []string, which string, lis
 // TopicIDs returns the ID of each of topics the cluster has, as Kafka's
 // tools print it.
 func (b Brokers) TopicIDs(ctx context.Context, topics []string) (map[string]string, error) {
-	out := map[string]string{}
-	if len(topics) == 0 {
-		return out, nil
-	}
-	cl, ctx, done, err := b.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
-	}
-	for name, d := range td {
-		if d.Err == nil && d.ID != ([16]byte{}) {
-			out[name] = apply.FormatTopicID(d.ID)
+	return b.perTopic(ctx, topics, func(ctx context.Context, adm *kadm.Client, out map[string]string) error {
+		td, err := adm.ListTopics(ctx, topics...)
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
 		}
-	}
-	return out, nil
+		for name, d := range td {
+			if d.Err == nil && d.ID != ([16]byte{}) {
+				out[name] = apply.FormatTopicID(d.ID)
+			}
+		}
+		return nil
+	})
 }
 
 // CleanupPolicies returns the cleanup.policy of each of topics the cluster
 // has (Kafka's default, delete, where a topic does not set it).
 func (b Brokers) CleanupPolicies(ctx context.Context, topics []string) (map[string]string, error) {
+	return b.perTopic(ctx, topics, func(ctx context.Context, adm *kadm.Client, out map[string]string) error {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+		if err != nil {
+			return fmt.Errorf("describe topic configs: %w", err)
+		}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				continue
+			}
+			for _, c := range rc.Configs {
+				if c.Key == "cleanup.policy" && c.Value != nil {
+					out[rc.Name] = *c.Value
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// perTopic asks the brokers one question about topics, whose answer ask
+// puts in out (topic -> value); no topics, no question.
+func (b Brokers) perTopic(ctx context.Context, topics []string, ask func(context.Context, *kadm.Client, map[string]string) error) (map[string]string, error) {
 	out := map[string]string{}
 	if len(topics) == 0 {
 		return out, nil
@@ -172,19 +187,8 @@ func (b Brokers) CleanupPolicies(ctx context.Context, topics []string) (map[stri
 		return nil, err
 	}
 	defer done()
-	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("describe topic configs: %w", err)
-	}
-	for _, rc := range rcs {
-		if rc.Err != nil {
-			continue
-		}
-		for _, c := range rc.Configs {
-			if c.Key == "cleanup.policy" && c.Value != nil {
-				out[rc.Name] = *c.Value
-			}
-		}
+	if err := ask(ctx, kadm.NewClient(cl), out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

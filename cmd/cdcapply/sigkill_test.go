@@ -119,13 +119,7 @@ func TestSIGKILLRealKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
-	if b == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
-		}
-		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
-	}
+	brokers := realBrokers(t)
 	for _, v := range []struct {
 		name         string
 		member       sigkillCase
@@ -136,7 +130,7 @@ func TestSIGKILLRealKafka(t *testing.T) {
 		{"static", staticMember, 100_000, 20_000},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			sigkillRun(t, strings.Split(b, ","), fmt.Sprintf("sigkill%d", time.Now().UnixNano()), v.events, v.keys, v.member)
+			sigkillRun(t, brokers, fmt.Sprintf("sigkill%d", time.Now().UnixNano()), v.events, v.keys, v.member)
 		})
 	}
 }

@@ -555,16 +555,10 @@ func TestStatusGroupMembers(t *testing.T) {
 // TestStatusGroupMembersRealKafka is the same against a real Apache Kafka
 // broker (CDCAPPLY_KAFKA_BROKERS), on a fresh topic and group.
 func TestStatusGroupMembersRealKafka(t *testing.T) {
-	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
-	if b == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
-		}
-		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
-	}
+	b := realBrokers(t)
 	for _, assignment := range []string{apply.AssignPartitions, apply.AssignTables} {
 		t.Run(assignment, func(t *testing.T) {
-			statusGroupMembers(t, strings.Split(b, ","), fmt.Sprintf("members%d", time.Now().UnixNano()), assignment)
+			statusGroupMembers(t, b, fmt.Sprintf("members%d", time.Now().UnixNano()), assignment)
 		})
 	}
 }
@@ -719,14 +713,8 @@ func TestStatusCompactedTopics(t *testing.T) {
 // Kafka broker (CDCAPPLY_KAFKA_BROKERS), whose topic configs list every
 // setting with its source.
 func TestStatusCompactedTopicsRealKafka(t *testing.T) {
-	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
-	if b == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
-		}
-		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
-	}
-	statusCompactedTopics(t, strings.Split(b, ","))
+	b := realBrokers(t)
+	statusCompactedTopics(t, b)
 }
 
 func statusCompactedTopics(t *testing.T, brokers []string) {
@@ -783,4 +771,19 @@ tables:
 		t.Fatal(err)
 	}
 	mustContain(t, "status text", text, "compacted topic", compacted+" (cleanup.policy=compact,delete) and the table skips Kafka tombstones")
+}
+
+// realBrokers returns the brokers of the real Apache Kafka broker that
+// scripts/kafka.sh started (CDCAPPLY_KAFKA_BROKERS). Without one the tests
+// skip on a developer's machine and fail under CI=true.
+func realBrokers(t *testing.T) []string {
+	t.Helper()
+	b := os.Getenv("CDCAPPLY_KAFKA_BROKERS")
+	if b == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no real Kafka broker (CDCAPPLY_KAFKA_BROKERS)")
+		}
+		t.Skip("no real Kafka broker (start one with scripts/kafka.sh start and set CDCAPPLY_KAFKA_BROKERS)")
+	}
+	return strings.Split(b, ",")
 }
