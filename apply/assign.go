@@ -47,7 +47,8 @@ const groupTableProtocol = "cdcapply-tables"
 type tableBalancer struct {
 	// tableOf names the table that reads topic ("" when none does).
 	tableOf func(topic string) string
-	// balanced, when set, is told the leader's plan (member -> tables).
+	// balanced, when set, is told the leader's plan (member -> tables; a
+	// static member named by its instance id).
 	balanced func(plan map[string][]string)
 	// synced, when set, is told the protocol of each assignment this
 	// member receives (this one's name).
@@ -233,7 +234,11 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 	if tb.balanced != nil {
 		out := make(map[string][]string, len(members))
 		for _, m := range members {
-			out[m.m.MemberID] = m.units
+			name := m.m.MemberID
+			if m.m.InstanceID != nil {
+				name = *m.m.InstanceID + " (" + name + ")"
+			}
+			out[name] = m.units
 		}
 		tb.balanced(out)
 	}

@@ -85,7 +85,7 @@ type Group struct {
 // SplitTable is a table read by several members of the group.
 type SplitTable struct {
 	Table string `json:"table"`
-	// Members are the instance ids (client ids of dynamic members).
+	// Members are the instance ids (client id@host of dynamic members).
 	Members []string `json:"members"`
 }
 
@@ -438,35 +438,45 @@ func describeGroup(ctx context.Context, opts Options, tables []Table) *Group {
 	if err != nil {
 		return &Group{Name: opts.Group, Members: []Member{}, Error: err.Error()}
 	}
-	read := map[string]string{} // partition -> member
-	for _, m := range g.Members {
-		name := m.InstanceID
-		if name == "" {
-			name = m.ClientID
-		}
+	read := map[string]int{} // partition -> member index; -1: none
+	for i, m := range g.Members {
 		for _, p := range m.Partitions {
-			read[p] = name
+			read[p] = i
 		}
 	}
 	for _, t := range tables {
-		var readers []string
+		var readers []int
 		for _, p := range t.Partitions {
 			tp := (checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}).String()
-			m, ok := read[tp]
+			i, ok := read[tp]
 			if !ok {
 				g.Unassigned = append(g.Unassigned, tp)
-				read[tp] = "" // a topic shared by two tables is listed once
+				read[tp] = -1 // a topic shared by two tables is listed once
+				continue
 			}
-			if m != "" && !slices.Contains(readers, m) {
-				readers = append(readers, m)
+			if i >= 0 && !slices.Contains(readers, i) {
+				readers = append(readers, i)
 			}
 		}
 		if len(readers) > 1 {
-			slices.Sort(readers)
-			g.Split = append(g.Split, SplitTable{Table: t.Name, Members: readers})
+			sp := SplitTable{Table: t.Name}
+			for _, i := range readers {
+				sp.Members = append(sp.Members, g.Members[i].name())
+			}
+			slices.Sort(sp.Members)
+			g.Split = append(g.Split, sp)
 		}
 	}
 	return g
+}
+
+// name is how status names a member: its instance id, or a dynamic
+// member's client id and host.
+func (m Member) name() string {
+	if m.InstanceID != "" {
+		return m.InstanceID
+	}
+	return m.ClientID + "@" + m.Host
 }
 
 // markCompacted lists the table's topics that policies say are compacted.
