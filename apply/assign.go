@@ -50,15 +50,13 @@ type tableBalancer struct {
 	// balanced, when set, is told the leader's plan (member -> tables; a
 	// static member named by its instance id).
 	balanced func(plan map[string][]string)
-	// synced, when set, is told the protocol of each assignment this
-	// member receives (this one's name).
-	synced func(protocol string)
 }
 
-// syncWatch is a group balancer that tells synced its protocol whenever
+// syncWatch wraps a group balancer to tell synced its protocol whenever
 // the group assigns by it: franz-go parses a member's assignment with the
 // balancer whose protocol the group chose, so this is how a member set to
-// tables learns that its group fell back to cooperative-sticky.
+// tables learns which protocol its group runs (cooperative-sticky when it
+// fell back).
 type syncWatch struct {
 	kgo.GroupBalancer
 	synced func(protocol string)
@@ -102,10 +100,7 @@ func (tb tableBalancer) JoinGroupMetadata(interests []string, current map[string
 	return meta.AppendTo(nil)
 }
 
-func (tb tableBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
-	if tb.synced != nil {
-		tb.synced(groupTableProtocol)
-	}
+func (tableBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
 	return kgo.ParseConsumerSyncAssignment(assignment)
 }
 

@@ -579,20 +579,23 @@ func (e *Engine) tableBalancer() tableBalancer {
 				e.log.Info("group balanced by table (this process leads the group)", "group", e.cfg.Kafka.Group, "member", member, "given", units)
 			}
 		},
-		synced: func(protocol string) {
-			// Said when the protocol changes, not at every rebalance.
-			if prev, _ := e.groupProtocol.Swap(protocol).(string); prev == protocol {
-				return
-			}
-			if protocol == groupTableProtocol {
-				e.log.Info("the group assigns partitions by table (kafka.assignment: tables)", "group", e.cfg.Kafka.Group)
-				return
-			}
-			e.log.Warn("the group assigns partitions by "+protocol+", not by table: some member does not offer "+groupTableProtocol+
-				" (an older cdcapply, or kafka.assignment: partitions), so a table may be split between processes that then write it at once and conflict; cdcapply status names such tables",
-				"group", e.cfg.Kafka.Group)
-		},
 	}
+}
+
+// groupSynced is told the protocol of each assignment under
+// kafka.assignment: tables, and says when it changes (not at every
+// rebalance): a fall back to cooperative-sticky may split tables again.
+func (e *Engine) groupSynced(protocol string) {
+	if prev, _ := e.groupProtocol.Swap(protocol).(string); prev == protocol {
+		return
+	}
+	if protocol == groupTableProtocol {
+		e.log.Info("the group assigns partitions by table (kafka.assignment: tables)", "group", e.cfg.Kafka.Group)
+		return
+	}
+	e.log.Warn("the group assigns partitions by "+protocol+", not by table: some member does not offer "+groupTableProtocol+
+		" (an older cdcapply, or kafka.assignment: partitions), so a table may be split between processes that then write it at once and conflict; cdcapply status names such tables",
+		"group", e.cfg.Kafka.Group)
 }
 
 // kafkaOptions builds the franz-go client of the pipeline.
@@ -627,8 +630,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		// cooperative-sticky second: the protocol of a group whose members
 		// do not all offer the table protocol (an older cdcapply in a
 		// rolling upgrade, a process set to partitions).
-		tb := e.tableBalancer()
-		opts = append(opts, kgo.Balancers(tb, syncWatch{kgo.CooperativeStickyBalancer(), tb.synced}))
+		opts = append(opts, kgo.Balancers(syncWatch{e.tableBalancer(), e.groupSynced}, syncWatch{kgo.CooperativeStickyBalancer(), e.groupSynced}))
 	}
 	// A position gone by retention must surface as an error, not a silent
 	// jump: the client reports OffsetOutOfRange instead of resetting, and
