@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -100,11 +101,44 @@ func TestSIGKILLTwoProcesses(t *testing.T) {
 			}
 			defer cluster.Close()
 			two := staticMember
-			two.processes, two.writeMode = 2, mode
+			two.processes, two.writeMode, two.assignment = 2, mode, "partitions"
 			sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, two)
 		})
 	}
 }
+
+// TestSIGKILLTablesHandover runs two processes on two tables under the
+// default kafka.assignment (tables), so each process writes a table of its
+// own. A random one is killed and restarted only once the other has
+// committed to a table the killed one wrote: the survivor takes the table
+// when the killed member's session lapses (dynamic members, a 6 s session
+// timeout), and the restarted process later takes a table back from it
+// (the cooperative move, revoked between batches). Both tables end equal
+// to their oracles with every record accounted for once. The streams are
+// produced at a steady rate while the processes run, so the kills land
+// before the tables catch up.
+//
+// On kfake a handover can take a minute, not the session timeout: a
+// member killed before its JoinGroup answer reached it gets no session
+// timer there, and stays in the group until the next rebalance's timeout
+// (60 s, franz-go's default) drops it. A real broker times every member
+// out from the join's end (TestSIGKILLRealKafka/tables-handover).
+func TestSIGKILLTablesHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: two 50k-event streams")
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, handoverCase)
+}
+
+// handoverCase is two dynamic processes on two tables under the default
+// kafka.assignment, each killed process restarted once the other took
+// its table.
+var handoverCase = sigkillCase{processes: 2, tables: 2, sessionTimeout: 6 * time.Second, handover: true, rate: 1500, kills: 4}
 
 // staticMember has kafka.instance_id set, and a session timeout a
 // restart must not wait out.
@@ -128,6 +162,9 @@ func TestSIGKILLRealKafka(t *testing.T) {
 		// Each restart waits 45 s: a short stream keeps the kills few.
 		{"dynamic", sigkillCase{}, 30_000, 5_000},
 		{"static", staticMember, 100_000, 20_000},
+		// Two processes on two tables: a killed process's table goes to
+		// the other when its session lapses (6 s).
+		{"tables-handover", handoverCase, 100_000, 20_000},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			sigkillRun(t, brokers, fmt.Sprintf("sigkill%d", time.Now().UnixNano()), v.events, v.keys, v.member)
@@ -136,15 +173,24 @@ func TestSIGKILLRealKafka(t *testing.T) {
 }
 
 // sigkillCase is how the killed processes join their consumer group, how
-// many there are, and how they write the table.
+// many there are, and how they write the tables.
 type sigkillCase struct {
 	static         bool          // kafka.instance_id crash-<process>; else a dynamic member
 	sessionTimeout time.Duration // kafka.session_timeout; 0 the default
-	processes      int           // processes in the group, writing the one table (0: one)
-	writeMode      string        // the table's write_mode; "" the default (copy-on-write)
+	processes      int           // processes in the group (0: one)
+	tables         int           // tables, each with a stream of its own (0: one)
+	assignment     string        // kafka.assignment; "" the default (tables)
+	writeMode      string        // the tables' write_mode; "" the default (copy-on-write)
+	// handover: a killed process is restarted only once another has
+	// committed to a table the killed one had written (or every such
+	// table caught up), so a table's writer changes while the group
+	// runs on, not only across a restart.
+	handover bool
+	rate     float64 // records a second each table's stream is produced at; 0: all before the start
+	kills    int     // kills before the last run goes to the end (0: six)
 }
 
-// tableFields is the case's part of the table's map.
+// tableFields is the case's part of a table's map.
 func (m sigkillCase) tableFields() string {
 	if m.writeMode == "" {
 		return ""
@@ -161,23 +207,47 @@ func (m sigkillCase) kafkaFields(i int) string {
 	if m.sessionTimeout > 0 {
 		s += ", session_timeout: " + m.sessionTimeout.String()
 	}
-	if m.processes > 1 {
-		// Two writers on the one table: the default (tables) would
-		// give it to one process while the other waits.
-		s += ", assignment: partitions"
+	if m.assignment != "" {
+		s += ", assignment: " + m.assignment
 	}
 	return s
 }
 
-// sigkillRun produces a generated stream (server names its topics; ""
-// keeps the default) and kills `cdcapply run` at random moments until the
-// table catches up, then checks it against the oracle and the accounting.
-// A static member's restarts must commit before half its session timeout:
-// a dynamic member's wait for the killed member's session to lapse first.
+// sigkillTable is one table of a sigkill run: its generated stream and
+// where it is written.
+type sigkillTable struct {
+	name  string
+	g     *workload.Generator
+	ends  map[int32]int64 // partition -> its end offset
+	total int64           // records on the table's topic
+	store storage.Storage
+}
+
+// position is the sum over the table's partitions of its next offsets
+// (the records it applied), and its snapshot (nil before it exists).
+func (tb *sigkillTable) position(ctx context.Context) (int64, *delta.Snapshot) {
+	snap, err := delta.Open(tb.store).Snapshot(ctx)
+	if err != nil {
+		return 0, nil
+	}
+	pos := checkpoint.Restore(snap, "crash")
+	var sum int64
+	for p := range tb.ends {
+		next, _ := pos.Next(checkpoint.TopicPartition{Topic: tb.g.Topic(), Partition: p})
+		sum += next
+	}
+	return sum, snap
+}
+
+// sigkillRun produces a generated stream for each table (server names the
+// first one's topics; "" keeps the default) and kills `cdcapply run` at
+// random moments until the tables catch up, then checks each against its
+// oracle and the accounting. A static member's restarts must commit
+// before half its session timeout: a dynamic member's wait for the killed
+// member's session to lapse first.
 func sigkillRun(t *testing.T, brokers []string, server string, events, keys int64, member sigkillCase) {
 	bin := buildBinary(t)
-	wcfg := workload.Default()
-	// CDCAPPLY_SIGKILL_SEED picks another stream and other kill moments
+	// CDCAPPLY_SIGKILL_SEED picks other streams and other kill moments
 	// (a soak: run the tests with many).
 	seed := uint64(42)
 	if v := os.Getenv("CDCAPPLY_SIGKILL_SEED"); v != "" {
@@ -187,29 +257,52 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 		}
 	}
 	t.Logf("seed %d", seed)
-	wcfg.Seed = seed
-	wcfg.Events = events
-	wcfg.Keys = keys
-	wcfg.SnapshotKeys = min(wcfg.SnapshotKeys, keys/2)
-	wcfg.Partitions = 3
-	if server != "" {
-		wcfg.Server = server
-	}
-	g, st := produceStream(t, brokers, wcfg, 5000)
 	ctx := context.Background()
-	ends := map[int32]int64{}
-	total := int64(0)
-	regen, _ := workload.New(wcfg)
-	var ev workload.Event
-	for regen.Next(&ev) {
-		if ev.Record.Topic == g.Topic() {
-			ends[ev.Record.Partition] = ev.Record.Offset + 1
-			total++
-		}
-	}
-	t.Logf("produced %d records (%d on the table's topic) in %v", st.Records, total, st.Elapsed)
-
 	dir := t.TempDir()
+	nt := max(member.tables, 1)
+	tables := make([]*sigkillTable, nt)
+	var produced []<-chan error // streams produced in the background
+	var tableYAML strings.Builder
+	for j := range nt {
+		wcfg := workload.Default()
+		wcfg.Seed = seed + uint64(j)
+		wcfg.Events = events / int64(nt)
+		wcfg.Keys = keys
+		wcfg.SnapshotKeys = min(wcfg.SnapshotKeys, keys/2)
+		wcfg.Partitions = 3
+		if server != "" {
+			wcfg.Server = server
+		}
+		name := "orders"
+		if j > 0 {
+			wcfg.Server += fmt.Sprintf("-%d", j)
+			name = fmt.Sprintf("orders_%d", j)
+		}
+		var g *workload.Generator
+		if member.rate > 0 {
+			var done <-chan error
+			g, done = produceStreamAt(t, brokers, wcfg, member.rate)
+			produced = append(produced, done)
+			t.Logf("table %s: producing at %v records a second", name, member.rate)
+		} else {
+			var st workload.ProduceStats
+			g, st = produceStream(t, brokers, wcfg, 5000)
+			t.Logf("table %s: produced %d records in %v", name, st.Records, st.Elapsed)
+		}
+		tb := &sigkillTable{name: name, g: g, ends: map[int32]int64{}, store: storage.NewLocal(filepath.Join(dir, name))}
+		regen, _ := workload.New(wcfg)
+		var ev workload.Event
+		for regen.Next(&ev) {
+			if ev.Record.Topic == g.Topic() {
+				tb.ends[ev.Record.Partition] = ev.Record.Offset + 1
+				tb.total++
+			}
+		}
+		t.Logf("table %s: %d records on its topic %s", name, tb.total, g.Topic())
+		fmt.Fprintf(&tableYAML, "  - {name: %s, topic: %s, location: %s/%s, key_columns: [id]%s}\n", name, g.Topic(), dir, name, member.tableFields())
+		tables[j] = tb
+	}
+
 	n := max(member.processes, 1)
 	cfgPaths, logPaths := make([]string, n), make([]string, n)
 	for i := range n {
@@ -219,52 +312,57 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 kafka: {brokers: [%s], group: crash-test-%s%s}
 defaults: {flush: {max_latency: 200ms, max_records: 5000}}
 tables:
-  - {name: orders, topic: %s, location: %s/orders, key_columns: [id]%s}
-`, brokers[0], wcfg.Server, member.kafkaFields(i), g.Topic(), dir, member.tableFields())
+%s`, brokers[0], tables[0].g.Topic(), member.kafkaFields(i), tableYAML.String())
 		if err := os.WriteFile(cfgPaths[i], []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	logOf := func(i int) string { b, _ := os.ReadFile(logPaths[i]); return string(b) }
+	defer func() {
+		if t.Failed() {
+			for i := range n {
+				t.Logf("process %d's log ends:\n%s", i, tail([]byte(logOf(i)), 3000))
+			}
+		}
+	}()
 	logs := func() string {
-		var all []byte
-		for _, p := range logPaths {
-			b, _ := os.ReadFile(p)
-			all = append(all, b...)
+		var all string
+		for i := range logPaths {
+			all += logOf(i)
 		}
-		return string(all)
+		return all
 	}
-	table := storage.NewLocal(filepath.Join(dir, "orders"))
-	position := func() (int64, *delta.Snapshot) {
-		snap, err := delta.Open(table).Snapshot(ctx)
-		if err != nil {
-			return 0, nil
-		}
-		pos := checkpoint.Restore(snap, "crash")
+	position := func() int64 {
 		var sum int64
-		for p := range ends {
-			next, _ := pos.Next(checkpoint.TopicPartition{Topic: g.Topic(), Partition: p})
-			sum += next
+		for _, tb := range tables {
+			p, _ := tb.position(ctx)
+			sum += p
 		}
-		return sum, snap
+		return sum
 	}
-	caughtUp := func() bool { p, _ := position(); return p == total }
+	var total int64
+	for _, tb := range tables {
+		total += tb.total
+	}
+	caughtUp := func() bool { return position() == total }
 	cmds, exits := make([]*exec.Cmd, n), make([]chan struct{}, n)
 	for i := range n {
 		cmds[i], exits[i] = startProcess(t, bin, cfgPaths[i], logPaths[i])
 	}
 
 	rng := rand.New(rand.NewPCG(seed, 1))
-	kills, restarts, slowRestarts := 0, 0, 0
-	// Each run is killed at a random moment after the table took at least
-	// one more commit, so the kills land all over the commit cycle
+	kills, restarts, slowRestarts, handovers := 0, 0, 0, 0
+	// Each run is killed at a random moment after the tables took at
+	// least one more commit, so the kills land all over the commit cycle
 	// (reading, writing data files, committing, checkpointing) rather than
 	// all before the first commit. With several processes a random one is
 	// killed and restarted; the others go on.
-	for kills < 6 && !caughtUp() {
-		start, _ := position()
+	maxKills := cmp.Or(member.kills, 6)
+	for kills < maxKills && !caughtUp() {
+		start := position()
 		started := time.Now()
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			if p, _ := position(); p > start || time.Now().After(deadline) {
+			if position() > start || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -284,13 +382,19 @@ tables:
 		wait := time.Duration(rng.IntN(1500)) * time.Millisecond
 		time.Sleep(wait)
 		i := rng.IntN(n)
-		before, _ := position()
+		before := position()
 		if err := cmds[i].Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		<-exits[i]
 		kills++
 		t.Logf("kill %d of process %d, %v after a commit: %d of %d records applied", kills, i, wait, before, total)
+		if member.handover {
+			if took, tb := awaitHandover(ctx, tables, i, logOf, n); tb != "" {
+				handovers++
+				t.Logf("table %s, written by process %d, committed by another %v after the kill", tb, i, took.Round(time.Millisecond))
+			}
+		}
 		cmds[i], exits[i] = startProcess(t, bin, cfgPaths[i], logPaths[i])
 	}
 	// The last runs go to the end, then stop gracefully.
@@ -300,8 +404,7 @@ tables:
 			for _, c := range cmds {
 				_ = c.Process.Signal(syscall.SIGKILL)
 			}
-			p, _ := position()
-			t.Fatalf("not caught up after 5 minutes: %d of %d\n%s", p, total, tail([]byte(logs()), 3000))
+			t.Fatalf("not caught up after 5 minutes: %d of %d\n%s", position(), total, tail([]byte(logs()), 3000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -315,10 +418,13 @@ tables:
 	if member.static && n == 1 && restarts == 0 {
 		t.Fatal("no restart after a kill committed before the stream's end: the static member's restart is not shown")
 	}
-	// Every process of the group wrote to the table.
-	for i, p := range logPaths {
-		if b, _ := os.ReadFile(p); n > 1 && !strings.Contains(string(b), "msg=committed") {
-			t.Errorf("process %d of %d never committed: the processes did not share the table", i, n)
+	if member.handover && handovers == 0 {
+		t.Fatal("no table went to another process after its writer was killed: the handover is not shown")
+	}
+	// Every process of the group wrote to the tables.
+	for i := range logPaths {
+		if n > 1 && !strings.Contains(logOf(i), "msg=committed") {
+			t.Errorf("process %d of %d never committed: the processes did not share the work", i, n)
 		}
 	}
 	// A restart that read nothing for 20 s says why, naming the setting
@@ -326,15 +432,88 @@ tables:
 	if l := logs(); slowRestarts > 0 && (!strings.Contains(l, "no partitions assigned yet") || !strings.Contains(l, "kafka.instance_id")) {
 		t.Errorf("%d restarts waited 20 s or more for their partitions and the log never said why:\n%s", slowRestarts, tail([]byte(logs()), 3000))
 	}
+	for _, done := range produced {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tb := range tables {
+		verifySigkillTable(ctx, t, tb, kills, member)
+	}
+}
 
-	diff, err := workload.Verify(ctx, table, g.Oracle(), 5)
+// awaitHandover waits, after process killed was killed, until another
+// process commits to a table the killed one was the last to commit to,
+// and names that table ("" when each such table caught up first, or after
+// two minutes). A process's log names each table it commits, with the
+// time ("time=... msg=committed table=<name> ...").
+func awaitHandover(ctx context.Context, tables []*sigkillTable, killed int, logOf func(int) string, processes int) (time.Duration, string) {
+	last := func(i int, tb *sigkillTable) (at time.Time, n int) {
+		for line := range strings.Lines(logOf(i)) {
+			if !strings.Contains(line, " msg=committed table="+tb.name+" ") {
+				continue
+			}
+			n++
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+				at = t
+			}
+		}
+		return at, n
+	}
+	var held []*sigkillTable // tables the killed process wrote last
+	before := map[int]map[string]int{}
+	for i := range processes {
+		before[i] = map[string]int{}
+	}
+	for _, tb := range tables {
+		mine, _ := last(killed, tb)
+		latest := !mine.IsZero()
+		for i := range processes {
+			at, n := last(i, tb)
+			before[i][tb.name] = n
+			if i != killed && !at.Before(mine) {
+				latest = false
+			}
+		}
+		if latest {
+			held = append(held, tb)
+		}
+	}
+	start := time.Now()
+	for time.Since(start) < 2*time.Minute {
+		done := true
+		for _, tb := range held {
+			for i := range processes {
+				if _, n := last(i, tb); i != killed && n > before[i][tb.name] {
+					return time.Since(start), tb.name
+				}
+			}
+			if p, _ := tb.position(ctx); p < tb.total {
+				done = false
+			}
+		}
+		if done {
+			return time.Since(start), ""
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start), ""
+}
+
+// verifySigkillTable checks a table after a sigkill run: equal to its
+// oracle, deletion vectors in merge-on-read, and the commitInfo accounting
+// over every version counting each record of its topic once.
+func verifySigkillTable(ctx context.Context, t *testing.T, tb *sigkillTable, kills int, member sigkillCase) {
+	t.Helper()
+	diff, err := workload.Verify(ctx, tb.store, tb.g.Oracle(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !diff.OK() {
-		t.Fatalf("after %d SIGKILLs the table differs from the oracle: %s", kills, diff)
+		t.Fatalf("table %s: after %d SIGKILLs the table differs from the oracle: %s", tb.name, kills, diff)
 	}
-	_, snap := position()
+	_, snap := tb.position(ctx)
 	if member.writeMode == "merge-on-read" {
 		dvs := 0
 		for _, a := range snap.Files() {
@@ -343,12 +522,12 @@ tables:
 			}
 		}
 		if dvs == 0 {
-			t.Error("write_mode merge-on-read, yet no live file has a deletion vector")
+			t.Errorf("table %s: write_mode merge-on-read, yet no live file has a deletion vector", tb.name)
 		}
 	}
 	var read, parts int64
 	for v := int64(0); v <= snap.Version; v++ {
-		acts, err := delta.Open(table).ReadCommit(ctx, v)
+		acts, err := delta.Open(tb.store).ReadCommit(ctx, v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,10 +540,10 @@ tables:
 			parts += n("recordsApplied") + n("recordsStale") + n("recordsSkipped") + n("recordsQuarantined")
 		}
 	}
-	if read != total || parts != total {
-		t.Fatalf("accounting over %d versions: read %d, applied+stale+skipped+quarantined %d, want %d each", snap.Version+1, read, parts, total)
+	if read != tb.total || parts != tb.total {
+		t.Fatalf("table %s: accounting over %d versions: read %d, applied+stale+skipped+quarantined %d, want %d each", tb.name, snap.Version+1, read, parts, tb.total)
 	}
-	t.Logf("%d SIGKILLs; version %d; table equals the oracle (%s); %d records accounted for once each", kills, snap.Version, diff, total)
+	t.Logf("table %s: %d SIGKILLs; version %d; equals the oracle (%s); %d records accounted for once each", tb.name, kills, snap.Version, diff, tb.total)
 }
 
 // produceStream creates wcfg's topics on brokers and produces its stream
@@ -372,24 +551,46 @@ tables:
 // knows the final table) and what was produced.
 func produceStream(t *testing.T, brokers []string, wcfg workload.Config, batch int) (*workload.Generator, workload.ProduceStats) {
 	t.Helper()
-	g, err := workload.New(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, cl := newStream(t, brokers, wcfg)
 	defer cl.Close()
-	if err := workload.CreateTopics(ctx, cl, g, 1); err != nil {
-		t.Fatal(err)
-	}
-	st, err := workload.Produce(ctx, cl, g, batch, nil)
+	st, err := workload.Produce(context.Background(), cl, g, batch, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g, st
+}
+
+// produceStreamAt is produceStream at a steady rate (records a second),
+// in the background: done gets the outcome once the stream is produced.
+func produceStreamAt(t *testing.T, brokers []string, wcfg workload.Config, rate float64) (g *workload.Generator, done <-chan error) {
+	t.Helper()
+	g, cl := newStream(t, brokers, wcfg)
+	ch := make(chan error, 1)
+	go func() {
+		defer cl.Close()
+		_, err := workload.ProduceAt(context.Background(), cl, g, rate, nil)
+		ch <- err
+	}()
+	return g, ch
+}
+
+// newStream makes wcfg's generator and a client to produce it with, its
+// topics created on brokers.
+func newStream(t *testing.T, brokers []string, wcfg workload.Config) (*workload.Generator, *kgo.Client) {
+	t.Helper()
+	g, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.CreateTopics(context.Background(), cl, g, 1); err != nil {
+		cl.Close()
+		t.Fatal(err)
+	}
+	return g, cl
 }
 
 func tail(b []byte, n int) string {
