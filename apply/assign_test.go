@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -426,7 +428,8 @@ tables:
 		}
 	}
 	var logA, logB syncBuffer
-	a, stopA := start(t, cfgs[0], KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
+	metricsA := NewMetrics(prometheus.NewRegistry())
+	a, stopA := start(t, cfgs[0], KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))), WithMetrics(metricsA))
 	produce(100)
 	waitAll()
 	b, stopB := start(t, cfgs[1], KafkaOptions(kgo.ClientID("instance-b")), Logger(slog.New(slog.NewTextHandler(&logB, nil))))
@@ -463,6 +466,11 @@ tables:
 	want := map[string]string{AssignTables: groupTableProtocol, AssignPartitions: "cooperative-sticky"}[assignment]
 	if protocol != want {
 		t.Errorf("group protocol %s, want %s", protocol, want)
+	}
+	// A's cdcapply_group_assignment names the protocol the group settled
+	// on beside A's own setting (one series).
+	if n, v := testutil.CollectAndCount(metricsA.groupAssign), testutil.ToFloat64(metricsA.groupAssign.WithLabelValues(group, assignments[0], want)); n != 1 || v != 1 {
+		t.Errorf("A's cdcapply_group_assignment: %d series, {assignment=%s, protocol=%s} = %v; want that one series at 1", n, assignments[0], want, v)
 	}
 	if assignment == AssignTables {
 		for _, topic := range topics {

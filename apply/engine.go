@@ -50,7 +50,7 @@ type Engine struct {
 
 	assignMu sync.Mutex // guards assigned
 	// groupProtocol is the protocol of the group's last assignment (a
-	// string), under kafka.assignment: tables.
+	// string).
 	groupProtocol atomic.Value
 	// compactChecked holds the topics whose cleanup.policy an assignment
 	// has looked at (warnCompacted), under compactMu.
@@ -568,12 +568,7 @@ func (e *Engine) tableFor(topic string) *tableRun {
 // group's leader it logs each plan.
 func (e *Engine) tableBalancer() tableBalancer {
 	return tableBalancer{
-		tableOf: func(topic string) string {
-			if t := e.tableFor(topic); t != nil {
-				return t.cfg.Name
-			}
-			return ""
-		},
+		tableOf: e.tableName,
 		balanced: func(plan map[string][]string) {
 			for member, units := range plan {
 				e.log.Info("group balanced by table (this process leads the group)", "group", e.cfg.Kafka.Group, "member", member, "given", units)
@@ -582,11 +577,24 @@ func (e *Engine) tableBalancer() tableBalancer {
 	}
 }
 
-// groupSynced is told the protocol of each assignment under
-// kafka.assignment: tables, and says when it changes (not at every
-// rebalance): a fall back to cooperative-sticky may split tables again.
+// tableName names the table that reads topic ("" when none does).
+func (e *Engine) tableName(topic string) string {
+	if t := e.tableFor(topic); t != nil {
+		return t.cfg.Name
+	}
+	return ""
+}
+
+// groupSynced is told the protocol of each assignment, and records it
+// (cdcapply_group_assignment) when it changes; under kafka.assignment:
+// tables it also says so in the log (not at every rebalance): a fall back
+// to cooperative-sticky may split tables again.
 func (e *Engine) groupSynced(protocol string) {
 	if prev, _ := e.groupProtocol.Swap(protocol).(string); prev == protocol {
+		return
+	}
+	e.metrics.groupAssigned(e.cfg.Kafka.Group, e.cfg.Kafka.Assignment, protocol)
+	if e.cfg.Kafka.Assignment == AssignPartitions {
 		return
 	}
 	if protocol == groupTableProtocol {
@@ -625,7 +633,7 @@ func (e *Engine) kafkaOptions() []kgo.Opt {
 		opts = append(opts, kgo.SessionTimeout(time.Duration(st)))
 	}
 	if e.cfg.Kafka.Assignment == AssignPartitions {
-		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+		opts = append(opts, kgo.Balancers(syncWatch{kgo.CooperativeStickyBalancer(), e.groupSynced}))
 	} else {
 		// cooperative-sticky second: the protocol of a group whose members
 		// do not all offer the table protocol (an older cdcapply in a

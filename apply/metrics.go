@@ -45,6 +45,7 @@ type Metrics struct {
 	tableRows     *prometheus.GaugeVec
 	logFiles      *prometheus.GaugeVec
 	indexRefresh  *prometheus.CounterVec
+	groupAssign   *prometheus.GaugeVec
 	freshness     *prometheus.Desc
 	inProgress    *prometheus.Desc
 
@@ -147,6 +148,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		indexRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cdcapply_key_index_refreshes_total",
 			Help: "Times a table's key index followed other writers' commits (purge, optimize, restore, another instance): caught_up from the files they changed, or rebuilt from every file (a schema or protocol change, a resync the applier's state could not be trusted for)."},
 			[]string{"table", "how"}),
+		groupAssign: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cdcapply_group_assignment",
+			Help: "1 for the protocol the consumer group last assigned this process's partitions by (cdcapply-tables: each table whole to one process; cooperative-sticky: partitions, a table possibly split), labelled with the kafka.assignment the process is set to; assignment=tables with protocol cooperative-sticky means some member of the group does not offer table assignment (an older cdcapply, or assignment: partitions). Absent before the first assignment."},
+			[]string{"group", "assignment", "protocol"}),
 		freshness: prometheus.NewDesc("cdcapply_table_freshness_seconds",
 			"Now minus cdcapply_table_source_time_seconds: how far the table is behind its source.", table, nil),
 		inProgress: prometheus.NewDesc("cdcapply_stage_in_progress_seconds",
@@ -162,7 +166,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		checkpointing: map[string]time.Time{},
 	}
 	reg.MustRegister(m.records, m.rows, m.batchRecords, m.stageSeconds, m.version, m.fenced, m.commitFailed, m.ckptFailed, m.registryFails, m.groupCommits, m.fetchErrors, m.skipped,
-		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, freshnessCollector{m})
+		m.schemaChanges, m.running, m.halted, m.lag, m.sourceTime, m.purgeHorizon, m.tableRows, m.logFiles, m.indexRefresh, m.groupAssign, freshnessCollector{m})
 	return m
 }
 
@@ -244,6 +248,16 @@ func (m *Metrics) indexRefreshed(table string, rebuilt bool) {
 		how = "rebuilt"
 	}
 	m.indexRefresh.WithLabelValues(table, how).Inc()
+}
+
+// groupAssigned records the protocol the group last assigned by (one
+// series: a process is in one group).
+func (m *Metrics) groupAssigned(group, assignment, protocol string) {
+	if m == nil {
+		return
+	}
+	m.groupAssign.Reset()
+	m.groupAssign.WithLabelValues(group, assignment, protocol).Set(1)
 }
 
 // tableHalted flips the table's state to halted with the reason class.
