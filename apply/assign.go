@@ -4,11 +4,16 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
 )
 
 // The ways kafka.assignment divides a pipeline's partitions among the
@@ -36,17 +41,23 @@ const groupTableProtocol = "cdcapply-tables"
 // table's files), and each conflict drops the batch and reads it again
 // from Kafka; a table of its own for each process has no conflicts.
 //
-// Each member tells the leader which table reads each topic it consumes
-// (its join metadata's user data), so the leader groups a pattern table's
-// topics too. The leader keeps a table with the member that owns most of
-// its partitions unless that member would then hold more than its share
-// of the group's partitions, gives the rest, largest first, to the least
-// loaded member that consumes all of the table's topics, and lets the
-// cooperative protocol move a table in two rebalances (its partitions are
-// revoked from the old owner before the new one is given them).
+// Each member tells the leader which table reads each topic it consumes,
+// and the inflow of the tables it reads (its join metadata's user data),
+// so the leader groups a pattern table's topics too, and weighs tables by
+// inflow (weighUnits; by partitions where nobody measured any). The
+// leader keeps a table with the member that owns most of its partitions
+// unless that member would then hold more than its share of the weight,
+// gives the rest, heaviest first, to the least loaded member that
+// consumes all of the table's topics, and lets the cooperative protocol
+// move a table in two rebalances (its partitions are revoked from the old
+// owner before the new one is given them).
 type tableBalancer struct {
 	// tableOf names the table that reads topic ("" when none does).
 	tableOf func(topic string) string
+	// rates, when set, gives the inflow of the tables this process reads
+	// or read lately (records a second; inflow.rates), which the leader
+	// weighs tables by.
+	rates func() map[string]float64
 	// balanced, when set, is told the leader's plan (member -> tables; a
 	// static member named by its instance id).
 	balanced func(plan map[string][]string)
@@ -70,6 +81,22 @@ func (w syncWatch) ParseSyncAssignment(assignment []byte) (map[string][]int32, e
 // tableUserData is the member metadata's user data of groupTableProtocol.
 type tableUserData struct {
 	Tables map[string]string `json:"tables"` // topic -> table
+	// Rates is the inflow of the tables the member reads or read in the
+	// last inflowKeep (table -> records a second); a member of session 45
+	// sends none, and ignores them.
+	Rates map[string]float64 `json:"rates,omitempty"`
+}
+
+// TableMemberData reads what a member of a group under kafka.assignment:
+// tables sent in its join metadata's user data: the table that reads each
+// topic it consumes, and the inflow of the tables it reads or read lately
+// (records a second). ok is false for user data of another kind.
+func TableMemberData(userData []byte) (tables map[string]string, inflow map[string]float64, ok bool) {
+	var ud tableUserData
+	if json.Unmarshal(userData, &ud) != nil || ud.Tables == nil {
+		return nil, nil, false
+	}
+	return ud.Tables, ud.Rates, true
 }
 
 func (tableBalancer) ProtocolName() string { return groupTableProtocol }
@@ -96,6 +123,9 @@ func (tb tableBalancer) JoinGroupMetadata(interests []string, current map[string
 			ud.Tables[topic] = name
 		}
 	}
+	if tb.rates != nil {
+		ud.Rates = tb.rates()
+	}
 	meta.UserData, _ = json.Marshal(ud) // map keys are marshalled sorted
 	return meta.AppendTo(nil)
 }
@@ -117,18 +147,27 @@ func (tb tableBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (
 // of its table's topics).
 type assignUnit struct {
 	name   string
+	table  string // "" for a topic no member names the table of
 	topics []string
-	weight int // partitions
+	parts  int     // partitions
+	weight float64 // partitions, or records a second (weighUnits)
+	label  string  // name, and the inflow it was weighed by
 }
 
 // assignMember is a member as the leader balances it.
 type assignMember struct {
 	m      *kmsg.JoinGroupResponseMember
 	wants  map[string]bool // topics it consumes
-	load   int             // partitions planned
+	load   float64         // weight planned
 	units  []string
 	joined int // its place in the members' order
 }
+
+// stickySlack is how far above its share of the group's inflow a member
+// may keep the tables it has, when tables are weighed by inflow: rates
+// move between rebalances, and a moved table costs a revocation and its
+// key index built again on the new member, so noise must not move one.
+const stickySlack = 0.25
 
 func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
 	var members []*assignMember
@@ -139,17 +178,22 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 		gen    int32
 	}
 	owner := map[string]map[int32]claim{}
+	rates := map[string]float64{} // table -> the largest inflow a member reported
 	b.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		am := &assignMember{m: m, wants: make(map[string]bool, len(meta.Topics)), joined: len(members)}
 		members = append(members, am)
 		for _, topic := range meta.Topics {
 			am.wants[topic] = true
 		}
-		var ud tableUserData
-		if json.Unmarshal(meta.UserData, &ud) == nil {
-			for topic, table := range ud.Tables {
+		if tables, inflow, ok := TableMemberData(meta.UserData); ok {
+			for topic, table := range tables {
 				if _, ok := tableOf[topic]; !ok {
 					tableOf[topic] = table
+				}
+			}
+			for table, r := range inflow {
+				if cur, ok := rates[table]; r >= 0 && (!ok || r > cur) {
+					rates[table] = r
 				}
 			}
 		}
@@ -165,11 +209,19 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 		}
 	})
 	units := groupUnits(topics, tableOf, members)
-	total := 0
+	byRate := weighUnits(units, rates)
+	total := 0.0
 	for _, u := range units {
 		total += u.weight
 	}
-	share := (total + len(members) - 1) / max(len(members), 1)
+	// A member keeps its tables up to its share: of the partitions
+	// rounded up, or of the inflow with some slack.
+	share := total / float64(max(len(members), 1))
+	if byRate {
+		share *= 1 + stickySlack
+	} else {
+		share = math.Ceil(share)
+	}
 	planned := make(map[string]*assignMember, len(units))
 	// Keep a table where it is, up to the owner's share (a table larger
 	// than a share stays with an owner that holds nothing else).
@@ -252,14 +304,62 @@ func (m *assignMember) consumesAll(topics []string) bool {
 	return true
 }
 
-func (m *assignMember) take(u assignUnit) {
-	m.load += u.weight
-	m.units = append(m.units, u.name)
+// weighUnits sets each unit's weight: its table's inflow where a member
+// reported one, else its partitions times the mean inflow a partition of
+// the reported tables has; a unit weighs at least minPartitionRate a
+// partition, so idle tables still spread by partitions. Without any
+// reported inflow (a new group, a group of older members) a unit weighs
+// its partitions. It sorts the units heaviest first (then by name, so
+// every leader plans alike) and says whether they were weighed by inflow.
+func weighUnits(units []assignUnit, rates map[string]float64) bool {
+	var rated float64
+	ratedParts := 0
+	for _, u := range units {
+		if r, ok := rates[u.table]; ok && u.table != "" {
+			rated += r
+			ratedParts += u.parts
+		}
+	}
+	byRate := ratedParts > 0
+	perPart := minPartitionRate
+	if byRate {
+		perPart = max(rated/float64(ratedParts), minPartitionRate)
+	}
+	for i := range units {
+		u := &units[i]
+		u.label = u.name
+		switch r, ok := rates[u.table]; {
+		case !byRate:
+			u.weight = float64(u.parts)
+		case ok && u.table != "":
+			u.weight = max(r, minPartitionRate*float64(u.parts))
+			u.label = fmt.Sprintf("%s (%.3g records/s)", u.name, r)
+		default:
+			u.weight = perPart * float64(u.parts)
+			u.label = fmt.Sprintf("%s (inflow unknown, weighed as %.3g records/s)", u.name, u.weight)
+		}
+	}
+	slices.SortFunc(units, func(a, b assignUnit) int {
+		if c := cmp.Compare(b.weight, a.weight); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return byRate
 }
 
-// groupUnits groups the topics to balance by the table that reads them,
-// largest first (then by name, so every leader plans alike). A table whose
-// topics no one member consumes all of is split into its topics.
+// minPartitionRate is the least a partition weighs when tables are
+// weighed by inflow (records a second).
+const minPartitionRate = 1.0
+
+func (m *assignMember) take(u assignUnit) {
+	m.load += u.weight
+	m.units = append(m.units, u.label)
+}
+
+// groupUnits groups the topics to balance by the table that reads them
+// (weighUnits weighs and orders them). A table whose topics no one member
+// consumes all of is split into its topics.
 func groupUnits(topics map[string]int32, tableOf map[string]string, members []*assignMember) []assignUnit {
 	byTable := map[string][]string{}
 	for topic, n := range topics {
@@ -274,6 +374,10 @@ func groupUnits(topics map[string]int32, tableOf map[string]string, members []*a
 	}
 	var units []assignUnit
 	for name, ts := range byTable {
+		table, _ := strings.CutPrefix(name, "table ")
+		if table == name {
+			table = ""
+		}
 		slices.Sort(ts)
 		whole := false
 		for _, m := range members {
@@ -283,22 +387,208 @@ func groupUnits(topics map[string]int32, tableOf map[string]string, members []*a
 			}
 		}
 		if whole || len(ts) == 1 {
-			u := assignUnit{name: name, topics: ts}
+			u := assignUnit{name: name, table: table, topics: ts}
 			for _, t := range ts {
-				u.weight += int(topics[t])
+				u.parts += int(topics[t])
 			}
 			units = append(units, u)
 			continue
 		}
+		// Split by topic: the table's inflow is not known per topic, so
+		// these weigh by partitions.
 		for _, t := range ts {
-			units = append(units, assignUnit{name: fmt.Sprintf("%s (topic %s)", name, t), topics: []string{t}, weight: int(topics[t])})
+			units = append(units, assignUnit{name: fmt.Sprintf("%s (topic %s)", name, t), topics: []string{t}, parts: int(topics[t])})
 		}
 	}
-	slices.SortFunc(units, func(a, b assignUnit) int {
-		if c := cmp.Compare(b.weight, a.weight); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
 	return units
+}
+
+// inflow measures each table's inflow for the table balancer: the records
+// a second the source adds to its topics, from the growth of the high
+// watermarks the fetches report (not the records the engine reads, which
+// a backlog's catch-up would inflate). The client hands over a fetch only
+// when some partition in it has records, so a partition this process owns
+// and has not seen since is taken as idle since (its high watermark
+// unchanged). A table this process stopped reading keeps the rate it last
+// had for inflowKeep, so the member it moves to in a cooperative
+// rebalance's second round (which has not measured it yet) is weighed
+// with it.
+type inflow struct {
+	now func() time.Time
+
+	mu    sync.Mutex // a leaf: nothing is called under it
+	parts map[checkpoint.TopicPartition]*partInflow
+}
+
+// partInflow is one partition's high watermarks as seen: anchors at least
+// inflowAnchorEvery apart (a ring over the last inflowWindow), and the
+// latest.
+type partInflow struct {
+	table    string
+	owned    bool // this process reads it
+	assigned time.Time
+	revoked  time.Time // when it stopped reading it (owned false)
+	anchors  [inflowAnchors]hwmSeen
+	n, head  int // anchors held; the oldest's index
+	last     hwmSeen
+}
+
+type hwmSeen struct {
+	at  time.Time
+	hwm int64
+}
+
+const (
+	// inflowWindow is how far back a partition's rate looks.
+	inflowWindow      = 10 * time.Minute
+	inflowAnchorEvery = 10 * time.Second
+	inflowAnchors     = int(inflowWindow/inflowAnchorEvery) + 1
+	// inflowMinSpan is the least time a rate is measured over.
+	inflowMinSpan = time.Second
+	// inflowKeep is how long a partition's rate is reported after this
+	// process stopped reading it.
+	inflowKeep = 10 * time.Minute
+)
+
+func newInflow(now func() time.Time) *inflow {
+	return &inflow{now: now, parts: map[checkpoint.TopicPartition]*partInflow{}}
+}
+
+// hwmObs is a partition's high watermark reported by a fetch, and its
+// table.
+type hwmObs struct {
+	tp    checkpoint.TopicPartition
+	table string
+	hwm   int64
+}
+
+// fetched records the high watermarks of a poll's partitions, each under
+// the table tableOf names (partitions of no table are left out).
+func (in *inflow) fetched(fetches kgo.Fetches, tableOf func(topic string) string) {
+	var obs []hwmObs
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.HighWatermark < 0 || p.Err != nil {
+			return
+		}
+		if table := tableOf(p.Topic); table != "" {
+			obs = append(obs, hwmObs{checkpoint.TopicPartition{Topic: p.Topic, Partition: p.Partition}, table, p.HighWatermark})
+		}
+	})
+	in.observe(obs)
+}
+
+// assigned notes partitions this process now reads, each with its table
+// (tableOf; partitions of no table are left out).
+func (in *inflow) assigned(parts map[string][]int32, tableOf func(topic string) string) {
+	now := in.now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for topic, ps := range parts {
+		table := tableOf(topic)
+		if table == "" {
+			continue
+		}
+		for _, p := range ps {
+			tp := checkpoint.TopicPartition{Topic: topic, Partition: p}
+			pi := in.parts[tp]
+			if pi == nil || pi.table != table {
+				pi = &partInflow{table: table}
+				in.parts[tp] = pi
+			}
+			pi.owned, pi.assigned = true, now
+		}
+	}
+}
+
+// revoked notes partitions this process no longer reads: their rate is
+// kept as it was for inflowKeep.
+func (in *inflow) revoked(parts map[string][]int32) {
+	now := in.now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for topic, ps := range parts {
+		for _, p := range ps {
+			if pi := in.parts[checkpoint.TopicPartition{Topic: topic, Partition: p}]; pi != nil && pi.owned {
+				pi.owned, pi.revoked = false, now
+			}
+		}
+	}
+}
+
+// observe records high watermarks seen now.
+func (in *inflow) observe(obs []hwmObs) {
+	if len(obs) == 0 {
+		return
+	}
+	now := in.now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, o := range obs {
+		p := in.parts[o.tp]
+		if p == nil || p.table != o.table || (p.n > 0 && o.hwm < p.last.hwm) {
+			// Not seen assigned, read by another table now, or a log
+			// that went back (a topic recreated, truncated): measured
+			// afresh.
+			p = &partInflow{table: o.table, owned: true, assigned: now}
+			in.parts[o.tp] = p
+		}
+		seen := hwmSeen{now, o.hwm}
+		p.last = seen
+		if p.n > 0 && now.Sub(p.anchors[(p.head+p.n-1)%inflowAnchors].at) < inflowAnchorEvery {
+			continue
+		}
+		if p.n == inflowAnchors {
+			p.head = (p.head + 1) % inflowAnchors
+			p.n--
+		}
+		p.anchors[(p.head+p.n)%inflowAnchors] = seen
+		p.n++
+	}
+}
+
+// rates is each table's inflow in records a second, the sum of its
+// partitions' over up to inflowWindow: until now for a partition this
+// process reads (one not seen since has had no records), until it stopped
+// reading it for one given up in the last inflowKeep. A partition read for
+// inflowMinSpan without a record counts as idle (0). Rates are rounded to
+// two significant digits (the join metadata stays the same while they
+// only jitter). Partitions given up inflowKeep ago are forgotten.
+func (in *inflow) rates() map[string]float64 {
+	now := in.now()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := map[string]float64{}
+	for tp, p := range in.parts {
+		end := now
+		if !p.owned {
+			if now.Sub(p.revoked) > inflowKeep {
+				delete(in.parts, tp)
+				continue
+			}
+			end = p.revoked
+		}
+		switch first := p.anchors[p.head]; {
+		case p.n == 0:
+			if end.Sub(p.assigned) >= inflowMinSpan {
+				out[p.table] += 0 // read, and never a record
+			}
+		case end.Sub(p.last.at) >= inflowWindow:
+			out[p.table] += 0 // nothing new in the window
+		case end.Sub(first.at) >= inflowMinSpan:
+			out[p.table] += float64(p.last.hwm-first.hwm) / end.Sub(first.at).Seconds()
+		}
+	}
+	for table, r := range out {
+		out[table] = roundSignificant(r, 2)
+	}
+	return out
+}
+
+// roundSignificant rounds r to n significant digits.
+func roundSignificant(r float64, n int) float64 {
+	if r == 0 {
+		return 0
+	}
+	scale := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(r))))
+	return math.Round(r*scale) / scale
 }

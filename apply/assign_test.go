@@ -17,6 +17,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcapply/cdcapply/checkpoint"
 )
 
 // balanceMember is one member of a group the tests balance: the topics it
@@ -27,6 +29,7 @@ type balanceMember struct {
 	tables map[string]string // topic -> table
 	owned  map[string][]int32
 	gen    int32
+	rates  map[string]float64 // table -> inflow it reports (records a second); nil: none
 }
 
 // balanceOnce runs the table balancer as a group's leader would, and
@@ -42,6 +45,9 @@ func balanceOnce(t *testing.T, members []balanceMember, topics map[string]int32)
 		}
 		slices.Sort(interests)
 		tb := tableBalancer{tableOf: func(topic string) string { return m.tables[topic] }}
+		if m.rates != nil {
+			tb.rates = func() map[string]float64 { return m.rates }
+		}
 		if leader.tableOf == nil {
 			leader = tb
 		}
@@ -237,6 +243,144 @@ func TestTableBalancer(t *testing.T) {
 
 // TestTableBalancerSettles: members joining one at a time, each balance's
 // revocations applied before the next, end with every table whole on one
+
+// TestTableBalancerByInflow: members report their tables' inflow, and the
+// leader weighs tables by it. Debezium's topics often have one partition
+// each, where counting partitions weighs a busy table like an idle one.
+func TestTableBalancerByInflow(t *testing.T) {
+	four := map[string]string{"busy": "busy", "q1": "q1", "q2": "q2", "q3": "q3"}
+	one := map[string]int32{"busy": 1, "q1": 1, "q2": 1, "q3": 1}
+	ownsAll := map[string][]int32{"busy": {0}, "q1": {0}, "q2": {0}, "q3": {0}}
+	inflow := map[string]float64{"busy": 9000, "q1": 100, "q2": 100, "q3": 50}
+	cases := []struct {
+		name    string
+		members []balanceMember
+		topics  map[string]int32
+		want    string
+	}{
+		{
+			// By partitions a would keep busy and q1 (two of four).
+			name: "a busy table keeps its member to itself",
+			members: []balanceMember{
+				{id: "a", tables: four, owned: ownsAll, gen: 3, rates: inflow},
+				{id: "b", tables: four},
+			},
+			topics: one,
+			want:   "a:busy[0] b:",
+		},
+		{
+			// a no longer reads q1-q3 but still reports their inflow.
+			name: "the revoked tables go to the new member, weighed by what their old owner measured",
+			members: []balanceMember{
+				{id: "a", tables: four, owned: map[string][]int32{"busy": {0}}, gen: 4, rates: inflow},
+				{id: "b", tables: four, gen: 4},
+			},
+			topics: one,
+			want:   "a:busy[0] b:q1[0],q2[0],q3[0]",
+		},
+		{
+			name: "the same group by partitions (no member reports inflow)",
+			members: []balanceMember{
+				{id: "a", tables: four, owned: ownsAll, gen: 3},
+				{id: "b", tables: four},
+			},
+			topics: one,
+			want:   "a:busy[0],q1[0] b:",
+		},
+		{
+			// a holds 5,200 of 9,250 records/s: above an even share
+			// (4,625), within its slack; nothing moves.
+			name: "inflow that jitters moves nothing",
+			members: []balanceMember{
+				{id: "a", tables: four, owned: map[string][]int32{"busy": {0}, "q3": {0}}, gen: 7, rates: map[string]float64{"busy": 5000, "q3": 200}},
+				{id: "b", tables: four, owned: map[string][]int32{"q1": {0}, "q2": {0}}, gen: 7, rates: map[string]float64{"q1": 2000, "q2": 2050}},
+			},
+			topics: one,
+			want:   "a:busy[0],q3[0] b:q1[0],q2[0]",
+		},
+		{
+			// busy is 3 of 4.3k records/s. a new group: busy alone, the
+			// idle table (weighed at the least, a record a second a
+			// partition) and the unknown one (weighed at the reported
+			// tables' mean a partition) on the other member.
+			name: "a table nobody measured weighs the mean, an idle one the least",
+			members: []balanceMember{
+				{id: "a", tables: four, rates: map[string]float64{"busy": 3000, "q1": 0}},
+				{id: "b", tables: four, rates: map[string]float64{"q2": 1300}},
+			},
+			topics: one,
+			want:   "a:busy[0] b:q1[0],q2[0],q3[0]",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := assignmentString(balanceOnce(t, c.members, c.topics)); got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestInflow measures tables' inflow from the high watermarks fetches
+// report, over a fake clock.
+func TestInflow(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	in := newInflow(func() time.Time { return now })
+	tp := func(topic string, p int32) checkpoint.TopicPartition {
+		return checkpoint.TopicPartition{Topic: topic, Partition: p}
+	}
+	see := func(obs ...hwmObs) { in.observe(obs) }
+	check := func(when string, want map[string]float64) {
+		t.Helper()
+		if got := in.rates(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: rates %v, want %v", when, got, want)
+		}
+	}
+	tableOf := func(topic string) string { return map[string]string{"o": "orders", "c": "customers"}[topic] }
+	in.assigned(map[string][]int32{"o": {0, 1}, "c": {0}, "x": {0}}, tableOf)
+	see(hwmObs{tp("o", 0), "orders", 1000}, hwmObs{tp("o", 1), "orders", 50})
+	check("one sighting", map[string]float64{})
+	for range 30 { // 30 s: partition 0 grows 120 a second, 1 by 30; customers never has a record
+		now = now.Add(time.Second)
+		p0, p1 := in.parts[tp("o", 0)].last.hwm+120, in.parts[tp("o", 1)].last.hwm+30
+		see(hwmObs{tp("o", 0), "orders", p0}, hwmObs{tp("o", 1), "orders", p1})
+	}
+	check("30 s", map[string]float64{"customers": 0, "orders": 150})
+	// Partition 1 idle for 30 s: its rate falls as its window goes on.
+	now = now.Add(30 * time.Second)
+	check("partition 1 idle for 30 s", map[string]float64{"customers": 0, "orders": 75})
+	// The window: 20 minutes on, the rate is the last ten minutes' (60 a
+	// second on partition 0; partition 1 has had nothing for longer).
+	for range 1200 {
+		now = now.Add(time.Second)
+		see(hwmObs{tp("o", 0), "orders", in.parts[tp("o", 0)].last.hwm + 60})
+	}
+	check("20 minutes on", map[string]float64{"customers": 0, "orders": 60})
+	if n := in.parts[tp("o", 0)].n; n != inflowAnchors {
+		t.Errorf("partition 0 holds %d anchors, want the ring's %d", n, inflowAnchors)
+	}
+	// Given up: the rate stays as it was when revoked, then is forgotten.
+	in.revoked(map[string][]int32{"o": {0, 1}})
+	now = now.Add(5 * time.Minute)
+	check("5 minutes after orders was revoked", map[string]float64{"customers": 0, "orders": 60})
+	now = now.Add(6 * time.Minute)
+	check("11 minutes after", map[string]float64{"customers": 0})
+	// A log that goes back (a topic recreated) is measured afresh.
+	in.assigned(map[string][]int32{"o": {0}}, tableOf)
+	see(hwmObs{tp("o", 0), "orders", 5000})
+	now = now.Add(2 * time.Second)
+	see(hwmObs{tp("o", 0), "orders", 10})
+	now = now.Add(2 * time.Second)
+	see(hwmObs{tp("o", 0), "orders", 30})
+	check("after the log went back", map[string]float64{"customers": 0, "orders": 10})
+	if got := roundSignificant(12345, 2); got != 12000 {
+		t.Errorf("roundSignificant(12345, 2) = %v", got)
+	}
+	if got := roundSignificant(0.01234, 2); got != 0.012 {
+		t.Errorf("roundSignificant(0.01234, 2) = %v", got)
+	}
+}
+
 // member, no partition held twice, and the tables spread by partitions.
 func TestTableBalancerSettles(t *testing.T) {
 	tables := map[string]string{}
@@ -326,6 +470,32 @@ func groupAssignment(t *testing.T, brokers []string, group string) (string, map[
 		out[m.ClientID] = a
 	}
 	return g.Protocol, out
+}
+
+// memberInflow describes the group: member client id -> the tables'
+// inflow it sent in its join metadata.
+func memberInflow(t *testing.T, brokers []string, group string) map[string]map[string]float64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]float64{}
+	for _, m := range groups[group].Members {
+		if c, ok := m.Join.AsConsumer(); ok {
+			if _, inflow, ok := TableMemberData(c.UserData); ok {
+				out[m.ClientID] = inflow
+			}
+		}
+	}
+	return out
 }
 
 // TestGroupAssignsTables runs two processes of one group on kfake: each
@@ -513,5 +683,123 @@ tables:
 	if t.Failed() {
 		t.Logf("instance A's log:\n%s", logA.String())
 		t.Logf("instance B's log:\n%s", logB.String())
+	}
+}
+
+// TestGroupWeighsTablesByInflow: three one-partition tables, one of them
+// twenty times as busy as the others. Process A reads all three, measuring
+// their inflow; when B joins, A keeps the busy table alone and B is given
+// both quiet ones (counted by partitions A would keep two of three). All
+// three tables equal their oracles.
+func TestGroupWeighsTablesByInflow(t *testing.T) {
+	names := [3]string{"busy", "quiet1", "quiet2"}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, names[:]...), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runWeighsByInflow(t, c.ListenAddrs(), names, "inflow", startEngine)
+}
+
+// TestRealKafkaGroupWeighsTablesByInflow is TestGroupWeighsTablesByInflow
+// against a real Apache Kafka broker.
+func TestRealKafkaGroupWeighsTablesByInflow(t *testing.T) {
+	brokers := realBrokers(t)
+	names := [3]string{realTopic(t, brokers, 1), realTopic(t, brokers, 1), realTopic(t, brokers, 1)}
+	runWeighsByInflow(t, brokers, names, names[0]+"-group", startEngineWith)
+}
+
+// runWeighsByInflow runs TestGroupWeighsTablesByInflow on topics names
+// (the busy table's first), each read by a table of its name.
+func runWeighsByInflow(t *testing.T, brokers []string, names [3]string, group string,
+	start func(*testing.T, *Config, ...EngineOption) (*Engine, func())) {
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RecordRetries(100), kgo.RetryTimeout(2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	ps := make([]*producer, len(names))
+	oracles := make([]ordersOracle, len(names))
+	for i, name := range names {
+		ps[i] = &producer{t: t, cl: pcl, topic: name, nparts: 1, ends: map[int32]int64{}}
+		oracles[i] = ordersOracle{}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	lsn := int64(0)
+	// produceFor sends, every 20 ms for d, 20 changes to busy and one to
+	// each quiet table.
+	produceFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			for i := range ps {
+				n := 1
+				if i == 0 {
+					n = 20
+				}
+				for range n {
+					id, op := rng.IntN(200), []string{"c", "u", "u", "d"}[rng.IntN(4)]
+					lsn++
+					status := fmt.Sprintf("s%d", lsn)
+					ps[i].change(id, lsn, op, status)
+					oracles[i].apply(id, op, status)
+				}
+			}
+		}
+	}
+	dir := t.TempDir()
+	var tables strings.Builder
+	tableNames := [3]string{"busy", "quiet1", "quiet2"}
+	for i, name := range tableNames {
+		fmt.Fprintf(&tables, "  - {name: %s, topic: %s, location: %s/%s}\n", name, names[i], dir, name)
+	}
+	cfg, err := ParseConfig("test.yaml", []byte(fmt.Sprintf(`
+pipeline: {id: shop}
+kafka: {brokers: [%s], group: %s}
+defaults: {flush: {max_latency: 50ms}}
+tables:
+%s`, strings.Join(brokers, ", "), group, tables.String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logA syncBuffer
+	_, stopA := start(t, cfg, KafkaOptions(kgo.ClientID("instance-a")), Logger(slog.New(slog.NewTextHandler(&logA, nil))))
+	produceFor(3 * time.Second)
+	_, stopB := start(t, cfg, KafkaOptions(kgo.ClientID("instance-b")))
+	var members map[string]map[string][]int32
+	for deadline := time.Now().Add(time.Minute); ; {
+		produceFor(200 * time.Millisecond)
+		_, members = groupAssignment(t, brokers, group)
+		if len(members["instance-a"]) > 0 && len(members["instance-b"]) > 0 && len(members["instance-a"])+len(members["instance-b"]) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group did not settle with both members holding tables: %s", assignmentString(members))
+		}
+	}
+	want := map[string]map[string][]int32{"instance-a": {names[0]: {0}}, "instance-b": {names[1]: {0}, names[2]: {0}}}
+	if got, want := assignmentString(members), assignmentString(want); got != want {
+		t.Errorf("assignment %s, want %s", got, want)
+	}
+	if !strings.Contains(logA.String(), "records/s") {
+		t.Errorf("the leader's plan does not name the inflow it weighed tables by:\n%s", logA.String())
+	}
+	// What A told the group, as the coordinator describes it (what
+	// cdcapply status shows): busy's inflow above each quiet table's.
+	if in := memberInflow(t, brokers, group)["instance-a"]; !(in["busy"] > in["quiet1"] && in["busy"] > in["quiet2"] && in["quiet1"] > 0) {
+		t.Errorf("A's join metadata names the inflow %v, want busy above quiet1 and quiet2, both above 0", in)
+	}
+	produceFor(time.Second)
+	for i, name := range tableNames {
+		waitPositionsWithin(t, dir+"/"+name, "shop", names[i], ps[i].ends, time.Minute)
+	}
+	stopB()
+	stopA()
+	for i, name := range tableNames {
+		if got, want := readOrders(t, dir+"/"+name), oracles[i].rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("table %s differs from the oracle:\n got %v\nwant %v", name, got, want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("A's log:\n%s", logA.String())
 	}
 }

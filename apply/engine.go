@@ -52,6 +52,8 @@ type Engine struct {
 	// groupProtocol is the protocol of the group's last assignment (a
 	// string).
 	groupProtocol atomic.Value
+	// inflow measures the tables' inflow for the table balancer.
+	inflow *inflow
 	// compactChecked holds the topics whose cleanup.policy an assignment
 	// has looked at (warnCompacted), under compactMu.
 	compactMu      sync.Mutex
@@ -346,6 +348,7 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 	for _, o := range opts {
 		o(e)
 	}
+	e.inflow = newInflow(e.clock)
 	// Records hold their decompressed batches while buffered: per table
 	// up to backlog_factor batches being read and one committing, each up
 	// to max_bytes, and a batch's buffers are released at its commit. The
@@ -569,6 +572,7 @@ func (e *Engine) tableFor(topic string) *tableRun {
 func (e *Engine) tableBalancer() tableBalancer {
 	return tableBalancer{
 		tableOf: e.tableName,
+		rates:   e.inflow.rates,
 		balanced: func(plan map[string][]string) {
 			for member, units := range plan {
 				e.log.Info("group balanced by table (this process leads the group)", "group", e.cfg.Kafka.Group, "member", member, "given", units)
@@ -755,6 +759,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		e.settleDone(ctx)
 		e.metrics.fetched(fetches)
+		e.inflow.fetched(fetches, e.tableName)
 		e.checkTopicIDs(fetches)
 		var stop error
 		fetches.EachError(func(topic string, partition int32, err error) {
@@ -2337,6 +2342,7 @@ func (e *Engine) onAssigned(_ context.Context, _ *kgo.Client, assigned map[strin
 		}
 	}
 	e.assignMu.Unlock()
+	e.inflow.assigned(assigned, e.tableName)
 	e.ready.assigned(assigned)
 	for topic := range assigned {
 		if t := e.tableFor(topic); t != nil {
@@ -2355,6 +2361,7 @@ func (e *Engine) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string]
 		}
 	}
 	e.assignMu.Unlock()
+	e.inflow.revoked(revoked)
 	e.ready.revoked(revoked)
 	for topic, parts := range revoked {
 		t := e.tableFor(topic)
