@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +35,33 @@ func TestDescribeGroupSplit(t *testing.T) {
 	}
 	if fmt.Sprint(got.Unassigned) != "[orders/2]" {
 		t.Errorf("unassigned %v, want [orders/2]", got.Unassigned)
+	}
+}
+
+// TestWriteGroupInflow: where members sent the inflow they measured, the
+// text shows it per member, tables in order; a member that sent none
+// shows "-"; without any, the column is left out.
+func TestWriteGroupInflow(t *testing.T) {
+	g := &Group{Name: "g", State: "Stable", Protocol: "cdcapply-tables", Members: []Member{
+		{InstanceID: "cdc-0", ClientID: "cdcapply", Host: "/10.0.0.1", Partitions: []string{"orders/0"},
+			Inflow: map[string]float64{"orders": 1200, "customers": 0.35}},
+		{InstanceID: "cdc-1", ClientID: "cdcapply", Host: "/10.0.0.2", Partitions: []string{"customers/0"}},
+	}}
+	var b strings.Builder
+	writeGroup(&b, g)
+	for _, want := range []string{
+		"INFLOW MEASURED",
+		"orders/0     customers 0.35/s, orders 1200/s",
+		"customers/0  -",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("group text lacks %q:\n%s", want, b.String())
+		}
+	}
+	g.Members[0].Inflow = nil
+	b.Reset()
+	writeGroup(&b, g)
+	if strings.Contains(b.String(), "INFLOW") {
+		t.Errorf("no member sent its inflow, yet the text has the column:\n%s", b.String())
 	}
 }

@@ -73,6 +73,11 @@ func (b Brokers) DescribeGroup(ctx context.Context, group string) (*Group, error
 		if dm.InstanceID != nil {
 			m.InstanceID = *dm.InstanceID
 		}
+		if c, ok := dm.Join.AsConsumer(); ok {
+			if _, inflow, ok := apply.TableMemberData(c.UserData); ok && len(inflow) > 0 {
+				m.Inflow = inflow
+			}
+		}
 		if a, ok := dm.Assigned.AsConsumer(); ok {
 			var tps []checkpoint.TopicPartition
 			for _, tp := range a.Topics {

@@ -98,6 +98,11 @@ type Member struct {
 	Host       string `json:"host"`
 	// Partitions are "topic/partition", sorted.
 	Partitions []string `json:"partitions"`
+	// Inflow is what the member measured of each table's inflow (records
+	// a second its topics grow by: the tables it reads, and those it gave
+	// up in the last 10 minutes) and told the group at its last join,
+	// where the group assigns by table; the leader weighs tables by it.
+	Inflow map[string]float64 `json:"inflow,omitempty"`
 }
 
 // Source names one table to report on.
