@@ -441,9 +441,8 @@ func TestTableBalancerSettles(t *testing.T) {
 	}
 }
 
-// groupAssignment describes the group: its protocol, and member client
-// id -> topic -> partitions.
-func groupAssignment(t *testing.T, brokers []string, group string) (string, map[string]map[string][]int32) {
+// describedGroup is the group as its coordinator describes it.
+func describedGroup(t *testing.T, brokers []string, group string) kadm.DescribedGroup {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -456,7 +455,14 @@ func groupAssignment(t *testing.T, brokers []string, group string) (string, map[
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := groups[group]
+	return groups[group]
+}
+
+// groupAssignment describes the group: its protocol, and member client
+// id -> topic -> partitions.
+func groupAssignment(t *testing.T, brokers []string, group string) (string, map[string]map[string][]int32) {
+	t.Helper()
+	g := describedGroup(t, brokers, group)
 	out := map[string]map[string][]int32{}
 	for _, m := range g.Members {
 		a := map[string][]int32{}
@@ -476,19 +482,8 @@ func groupAssignment(t *testing.T, brokers []string, group string) (string, map[
 // inflow it sent in its join metadata.
 func memberInflow(t *testing.T, brokers []string, group string) map[string]map[string]float64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]map[string]float64{}
-	for _, m := range groups[group].Members {
+	for _, m := range describedGroup(t, brokers, group).Members {
 		if c, ok := m.Join.AsConsumer(); ok {
 			if _, inflow, ok := TableMemberData(c.UserData); ok {
 				out[m.ClientID] = inflow
