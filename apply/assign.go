@@ -480,11 +480,15 @@ func (in *inflow) fetched(fetches kgo.Fetches, tableOf func(topic string) string
 // assigned notes partitions this process now reads, each with its table
 // (tableOf; partitions of no table are left out).
 func (in *inflow) assigned(parts map[string][]int32, tableOf func(topic string) string) {
+	tables := make(map[string]string, len(parts)) // resolved before the lock
+	for topic := range parts {
+		tables[topic] = tableOf(topic)
+	}
 	now := in.now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for topic, ps := range parts {
-		table := tableOf(topic)
+		table := tables[topic]
 		if table == "" {
 			continue
 		}
