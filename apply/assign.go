@@ -160,7 +160,19 @@ type assignMember struct {
 	wants  map[string]bool // topics it consumes
 	load   float64         // weight planned
 	units  []string
-	joined int // its place in the members' order
+	joined int                // its place in the members' order
+	rates  map[string]float64 // the inflow it sent: table -> records a second
+}
+
+// rate is the inflow m sent for table (-1 for none, or a nil member).
+func (m *assignMember) rate(table string) float64 {
+	if m == nil {
+		return -1
+	}
+	if r, ok := m.rates[table]; ok {
+		return r
+	}
+	return -1
 }
 
 // stickySlack is how far above its share of the group's inflow a member
@@ -178,7 +190,6 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 		gen    int32
 	}
 	owner := map[string]map[int32]claim{}
-	rates := map[string]float64{} // table -> the largest inflow a member reported
 	b.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		am := &assignMember{m: m, wants: make(map[string]bool, len(meta.Topics)), joined: len(members)}
 		members = append(members, am)
@@ -191,11 +202,7 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 					tableOf[topic] = table
 				}
 			}
-			for table, r := range inflow {
-				if cur, ok := rates[table]; r >= 0 && (!ok || r > cur) {
-					rates[table] = r
-				}
-			}
+			am.rates = inflow
 		}
 		for _, o := range meta.OwnedPartitions {
 			if owner[o.Topic] == nil {
@@ -208,6 +215,39 @@ func (tb tableBalancer) Balance(b *kgo.ConsumerBalancer, topics map[string]int32
 			}
 		}
 	})
+	// A table's inflow is what the member holding most of its partitions
+	// measured, where it sent one (a former owner's rate is frozen at its
+	// revocation), else the largest any member sent.
+	rates := map[string]float64{}
+	for _, m := range members {
+		for table, r := range m.rates {
+			if cur, ok := rates[table]; r >= 0 && (!ok || r > cur) {
+				rates[table] = r
+			}
+		}
+	}
+	held := map[string]map[*assignMember]int{} // table -> member -> its partitions held
+	for topic, parts := range owner {
+		if table := tableOf[topic]; table != "" {
+			for _, c := range parts {
+				if held[table] == nil {
+					held[table] = map[*assignMember]int{}
+				}
+				held[table][c.member]++
+			}
+		}
+	}
+	for table, by := range held {
+		var holder *assignMember
+		for m, n := range by {
+			if _, ok := m.rates[table]; ok && (holder == nil || n > by[holder] || n == by[holder] && m.joined < holder.joined) {
+				holder = m
+			}
+		}
+		if r := holder.rate(table); r >= 0 {
+			rates[table] = r
+		}
+	}
 	units := groupUnits(topics, tableOf, members)
 	byRate := weighUnits(units, rates)
 	total := 0.0

@@ -299,6 +299,20 @@ func TestTableBalancerByInflow(t *testing.T) {
 			want:   "a:busy[0],q3[0] b:q1[0],q2[0]",
 		},
 		{
+			// busy went quiet under a (100 a second); b, which gave it up
+			// within the last ten minutes, still sends the 9,000 it
+			// measured then. a's live rate counts: busy weighs 100, and
+			// b, holding 800 of 900, gives quiet2 up to c (first revoked).
+			name: "the owner's rate counts over a former owner's",
+			members: []balanceMember{
+				{id: "a", tables: four, owned: map[string][]int32{"busy": {0}}, gen: 9, rates: map[string]float64{"busy": 100}},
+				{id: "b", tables: four, owned: map[string][]int32{"q1": {0}, "q2": {0}}, gen: 9, rates: map[string]float64{"busy": 9000, "q1": 400, "q2": 400}},
+				{id: "c", tables: four, gen: 9},
+			},
+			topics: map[string]int32{"busy": 1, "q1": 1, "q2": 1},
+			want:   "a:busy[0] b:q1[0] c:",
+		},
+		{
 			// busy is 3 of 4.3k records/s. a new group: busy alone, the
 			// idle table (weighed at the least, a record a second a
 			// partition) and the unknown one (weighed at the reported
