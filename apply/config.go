@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cdcapply/cdcapply/delta"
+	"github.com/cdcapply/cdcapply/delta/storage"
 )
 
 // ConfigSchema is the JSON Schema of the pipeline registry file, shipped with
@@ -497,8 +498,10 @@ func (c *Config) check() []FieldError {
 				errs = append(errs, FieldError{p + ".table_properties." + k, err.Error()})
 			}
 		}
-		if strings.HasPrefix(t.Location, "s3://") {
-			errs = append(errs, FieldError{p + ".location", "object storage is not supported yet; use a local directory"})
+		for _, l := range []struct{ field, loc string }{{".location", t.Location}, {".quarantine_location", t.QuarantineLocation}} {
+			if err := storage.CheckLocation(l.loc); err != nil {
+				errs = append(errs, FieldError{p + l.field, err.Error()})
+			}
 		}
 	}
 	return errs

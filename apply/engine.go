@@ -174,6 +174,7 @@ type tableRun struct {
 	cfg        TableConfig
 	pattern    *regexp.Regexp
 	store      storage.Storage
+	qstore     storage.Storage // the quarantine table's
 	applier    *TableApplier
 	decoder    *debezium.Decoder
 	quarantine *Quarantine
@@ -379,7 +380,15 @@ func NewEngine(cfg *Config, opts ...EngineOption) (*Engine, error) {
 }
 
 func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
-	t := &tableRun{cfg: tc, store: storage.NewLocal(tc.Location)}
+	store, err := storage.ForLocation(tc.Location)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: location: %w", tc.Name, err)
+	}
+	qstore, err := storage.ForLocation(tc.QuarantineLocation)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: quarantine_location: %w", tc.Name, err)
+	}
+	t := &tableRun{cfg: tc, store: store, qstore: qstore}
 	if e.wrapStore != nil {
 		t.store = e.wrapStore(t.store)
 	}
@@ -433,8 +442,30 @@ func (e *Engine) newTableRun(tc TableConfig) (*tableRun, error) {
 	if err := t.applier.SetTableProperties(tc.TableProperties); err != nil {
 		return nil, fmt.Errorf("table %s: table_properties: %w", tc.Name, err)
 	}
-	t.quarantine = NewQuarantine(tc.Name, e.cfg.Pipeline.ID, storage.NewLocal(tc.QuarantineLocation), e.clock)
+	t.quarantine = NewQuarantine(tc.Name, e.cfg.Pipeline.ID, qstore, e.clock)
 	return t, nil
+}
+
+// conditionalPut is a store that can tell whether it honours
+// put-if-absent (storage.S3: older S3-compatible servers ignore
+// If-None-Match and answer 200).
+type conditionalPut interface {
+	CheckConditionalPut(ctx context.Context) error
+}
+
+// checkConditionalPut refuses a table, or its quarantine, on a store that
+// lets a second put-if-absent replace an object: there two writers, or a
+// zombie and its successor, would replace each other's commits. Checked
+// once a start, before the table is read.
+func checkConditionalPut(ctx context.Context, t *tableRun) error {
+	for _, st := range []storage.Storage{t.store, t.qstore} {
+		if c, ok := st.(conditionalPut); ok {
+			if err := c.CheckConditionalPut(ctx); err != nil {
+				return fmt.Errorf("table %s: %w", t.cfg.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 func decoderOptions(tc TableConfig, reg debezium.Registry) ([]debezium.Option, error) {
@@ -690,6 +721,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		// several), so the start says what it read and how long it took.
 		opened := time.Now()
 		e.metrics.stageBegan(t.cfg.Name, stageOpen)
+		if err := checkConditionalPut(ctx, t); err != nil {
+			return err
+		}
 		if err := t.applier.Open(ctx); err != nil {
 			return err
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/datafile"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/s3test"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
 
@@ -111,7 +112,7 @@ func waitPositionsWithin(t testing.TB, dir, pipeline, topic string, ends map[int
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		snap, err := delta.Open(storage.NewLocal(dir)).Snapshot(context.Background())
+		snap, err := delta.Open(testStore(t, dir)).Snapshot(context.Background())
 		if err == nil {
 			pos := checkpoint.Restore(snap, pipeline)
 			done := true
@@ -170,7 +171,7 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", nparts, codec.codec)
+			runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", nparts, codec.codec, "", CopyOnWrite)
 		})
 	}
 }
@@ -178,7 +179,38 @@ func TestEngineReferenceCaseThroughKafka(t *testing.T) {
 // runReferenceCase runs the reference case on a topic of nparts
 // partitions that exists on brokers (kfake or a real broker), its
 // batches compressed with codec.
-func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32, codec kgo.CompressionCodec) {
+// TestEngineReferenceCaseOnS3 is the reference case with its table and
+// quarantine on an S3-compatible server (scripts/s3.sh), in both write
+// modes: the commits' put-if-absent is a conditional PUT, the data files
+// and deletion vectors are objects, and delta-rs reads the table from the
+// server.
+func TestEngineReferenceCaseOnS3(t *testing.T) {
+	for _, mode := range []MergeMode{CopyOnWrite, MergeOnRead} {
+		t.Run(string(mode), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			runReferenceCase(t, c.ListenAddrs(), "orders", "cdcapply-test", 3, kgo.Lz4Compression(), s3test.Location(t), mode)
+		})
+	}
+}
+
+// testStore is the storage of a test's table location (a directory or
+// s3://).
+func testStore(t testing.TB, loc string) storage.Storage {
+	t.Helper()
+	st, err := storage.ForLocation(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// runReferenceCase runs the reference case through the brokers into a
+// table under root (a fresh directory when empty) written in mode.
+func runReferenceCase(t *testing.T, brokers []string, topic, group string, nparts int32, codec kgo.CompressionCodec, root string, mode MergeMode) {
 	// Compressed, so that the engine decompresses into its batch pool:
 	// the buffers of released records are reused while the quarantined
 	// ones keep theirs.
@@ -190,8 +222,12 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	defer pcl.Close()
 	p := &producer{t: t, cl: pcl, topic: topic, nparts: nparts, ends: map[int32]int64{}}
 
-	dir := t.TempDir()
+	dir := root
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	cfg := testConfigFor(t, brokers, dir, topic, group)
+	cfg.Tables[0].WriteMode = string(mode)
 	e, err := NewEngine(cfg, Logger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -249,14 +285,23 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	p.change(3, 15, "c", "new")
 	snap := waitPositions(t, table, "shop", topic, p.ends)
 
-	if got, want := deltaRSStates(t, table), "[1 shipped false 2 new true 3 new false 4 x false]"; got != want {
+	want := "[1 shipped false 2 new true 3 new false 4 x false]"
+	got := ""
+	if mode == MergeOnRead {
+		// Its deletion vectors are applied by delta-rs's query engine.
+		_, rows := queryEngineRows(t, table)
+		got = fmt.Sprint(rows)
+	} else {
+		got = deltaRSStates(t, table)
+	}
+	if got != want {
 		t.Errorf("delta-rs reads %v, want %v", got, want)
 	}
 
 	// Every record is accounted for, across all commits of the table.
 	var read, applied, stale, skipped, quarantined int
 	for v := int64(0); v <= snap.Version; v++ {
-		acts, err := delta.Open(storage.NewLocal(table)).ReadCommit(context.Background(), v)
+		acts, err := delta.Open(testStore(t, table)).ReadCommit(context.Background(), v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,13 +332,14 @@ func runReferenceCase(t *testing.T, brokers []string, topic, group string, npart
 	}
 
 	// The quarantine table holds each bad record with its reason.
-	qsnap, err := delta.Open(storage.NewLocal(table + "_quarantine")).Snapshot(context.Background())
+	qstore := testStore(t, table+"_quarantine")
+	qsnap, err := delta.Open(qstore).Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reasons, values []string
 	for _, add := range qsnap.Files() {
-		rec, err := datafile.Read(context.Background(), storage.NewLocal(table+"_quarantine"), datafile.Layout{Schema: quarantineSchema, PartitionColumns: []string{}}, add)
+		rec, err := datafile.Read(context.Background(), qstore, datafile.Layout{Schema: quarantineSchema, PartitionColumns: []string{}}, add)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ func realTopicWith(t *testing.T, brokers []string, nparts int32, configs map[str
 func TestRealKafkaReferenceCase(t *testing.T) {
 	brokers := realBrokers(t)
 	topic := realTopic(t, brokers, 3)
-	runReferenceCase(t, brokers, topic, topic+"-group", 3, kgo.Lz4Compression())
+	runReferenceCase(t, brokers, topic, topic+"-group", 3, kgo.Lz4Compression(), "", CopyOnWrite)
 }
 
 // TestRealKafkaRebalanceAndBrokerRestart runs two instances in one group

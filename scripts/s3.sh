@@ -9,7 +9,6 @@ set -euo pipefail
 CDC_SCRIPT=s3
 source "$(dirname "${BASH_SOURCE[0]}")/lib-services.sh"
 
-S3_PORT="${S3_PORT:-19090}"
 S3_URL="http://127.0.0.1:$S3_PORT"
 S3_VENV="$CDC_CACHE/s3-venv"
 S3_PIN="moto[server]==5.2.5"

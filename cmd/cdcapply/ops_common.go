@@ -37,7 +37,7 @@ type tableFlags struct {
 }
 
 func (f *tableFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.table, "table", "", "table location (a local directory)")
+	fs.StringVar(&f.table, "table", "", "table location (a local directory or s3://bucket/prefix)")
 	fs.StringVar(&f.config, "config", "", "pipeline configuration file; with --name, the table's settings come from it")
 	fs.StringVar(&f.name, "name", "", "table name in --config")
 }
@@ -67,7 +67,14 @@ func (f *tableFlags) resolve(fs *flag.FlagSet) (string, *apply.Config, *apply.Ta
 	return "", nil, nil, fmt.Errorf("%s: no table named %q (or at %q) in %s", fs.Name(), f.name, f.table, f.config)
 }
 
-func openTable(loc string) *delta.Table { return delta.Open(storage.NewLocal(loc)) }
+// openTable opens the table at loc: a local directory or s3://bucket/prefix.
+func openTable(loc string) (*delta.Table, error) {
+	st, err := storage.ForLocation(loc)
+	if err != nil {
+		return nil, err
+	}
+	return delta.Open(st), nil
+}
 
 // auditLogger writes the operations' audit lines as JSON to w.
 func auditLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }

@@ -27,7 +27,11 @@ func runOptimize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	log := auditLogger(stderr)
 	prog := newProgress(stderr, log)
-	res, err := maintenance.Optimize(ctx, openTable(loc), maintenance.OptimizeOptions{TargetSize: *target, MinFiles: *minFiles,
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
+	res, err := maintenance.Optimize(ctx, tbl, maintenance.OptimizeOptions{TargetSize: *target, MinFiles: *minFiles,
 		DryRun: *dry, Logger: log, Progress: func(groups, files int) { prog.report("optimize", "groups", groups, "files", files) }})
 	prog.done()
 	if err != nil {

@@ -47,7 +47,10 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		return fmt.Errorf("restore: give exactly one of --to-version and --to-timestamp: %w", errUsage)
 	}
-	tbl := openTable(loc)
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
 	seeds := splitList(*brokers)
 	if len(seeds) == 0 && cfg != nil {
 		seeds = cfg.Kafka.Brokers

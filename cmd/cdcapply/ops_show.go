@@ -63,7 +63,11 @@ func runShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		opts.ByTimestamp, opts.Timestamp = true, ts
 	}
-	rows, err := maintenance.Show(ctx, openTable(loc), opts)
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
+	rows, err := maintenance.Show(ctx, tbl, opts)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,10 @@ func runTombstones(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if lateness <= 0 {
 		return fmt.Errorf("tombstones %s: the table's maximum lateness is needed: --max-lateness or --config: %w", verb, errUsage)
 	}
-	tbl := openTable(loc)
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
 	if verb == "stats" {
 		st, err := tombstone.ReadStats(ctx, tbl, lateness, time.Now())
 		if err != nil {

@@ -33,7 +33,11 @@ func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *retention >= 0 {
 		opts.Retention = retention
 	}
-	res, err := delta.Vacuum(ctx, openTable(loc), opts)
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
+	res, err := delta.Vacuum(ctx, tbl, opts)
 	prog.done()
 	if err != nil {
 		return err

@@ -35,7 +35,11 @@ func runViewDDL(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	snap, err := openTable(loc).Snapshot(ctx)
+	tbl, err := openTable(loc)
+	if err != nil {
+		return err
+	}
+	snap, err := tbl.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("view-ddl: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/s3test"
 )
 
 // buildBinary builds the real cdcapply command (without the race detector
@@ -123,6 +124,30 @@ func TestSIGKILLTwoProcesses(t *testing.T) {
 // timer there, and stays in the group until the next rebalance's timeout
 // (60 s, franz-go's default) drops it. A real broker times every member
 // out from the join's end (TestSIGKILLRealKafka/tables-handover).
+// TestSIGKILLOnS3 is TestSIGKILLConvergesToOracle with the table on an
+// S3-compatible server: a kill lands anywhere in a commit cycle whose
+// files and log entries are objects (a PUT is whole or absent), and the
+// restarted process resumes from the txn actions it reads back from the
+// store. A shorter stream: the server answers a few hundred requests a
+// second.
+func TestSIGKILLOnS3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a 30k-event stream")
+	}
+	for _, mode := range []string{"copy-on-write", "merge-on-read"} {
+		t.Run(mode, func(t *testing.T) {
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cluster.Close()
+			c := staticMember
+			c.s3, c.writeMode, c.kills, c.rate = true, mode, 4, 3000
+			sigkillRun(t, cluster.ListenAddrs(), "", 30_000, 5_000, c)
+		})
+	}
+}
+
 func TestSIGKILLTablesHandover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: two 50k-event streams")
@@ -188,6 +213,7 @@ type sigkillCase struct {
 	handover bool
 	rate     float64 // records a second each table's stream is produced at; 0: all before the start
 	kills    int     // kills before the last run goes to the end (0: six)
+	s3       bool    // the tables on the S3-compatible server (scripts/s3.sh), not in a directory
 }
 
 // tableFields is the case's part of a table's map.
@@ -259,6 +285,10 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
 	dir := t.TempDir()
+	root := dir // the tables' parent: dir, or a fresh bucket's prefix
+	if member.s3 {
+		root = s3test.Location(t) // the processes inherit its AWS_* environment
+	}
 	nt := max(member.tables, 1)
 	tables := make([]*sigkillTable, nt)
 	var produced []<-chan error // streams produced in the background
@@ -289,7 +319,11 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 			g, st = produceStream(t, brokers, wcfg, 5000)
 			t.Logf("table %s: produced %d records in %v", name, st.Records, st.Elapsed)
 		}
-		tb := &sigkillTable{name: name, g: g, ends: map[int32]int64{}, store: storage.NewLocal(filepath.Join(dir, name))}
+		store, err := storage.ForLocation(root + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := &sigkillTable{name: name, g: g, ends: map[int32]int64{}, store: store}
 		regen, _ := workload.New(wcfg)
 		var ev workload.Event
 		for regen.Next(&ev) {
@@ -299,7 +333,7 @@ func sigkillRun(t *testing.T, brokers []string, server string, events, keys int6
 			}
 		}
 		t.Logf("table %s: %d records on its topic %s", name, tb.total, g.Topic())
-		fmt.Fprintf(&tableYAML, "  - {name: %s, topic: %s, location: %s/%s, key_columns: [id]%s}\n", name, g.Topic(), dir, name, member.tableFields())
+		fmt.Fprintf(&tableYAML, "  - {name: %s, topic: %s, location: %s/%s, key_columns: [id]%s}\n", name, g.Topic(), root, name, member.tableFields())
 		tables[j] = tb
 	}
 

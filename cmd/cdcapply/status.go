@@ -65,7 +65,11 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 			if *name != "" && tc.Name != *name {
 				continue
 			}
-			src := status.Source{Name: tc.Name, Store: storage.NewLocal(tc.Location), Pipeline: cfg.Pipeline.ID, MaxLateness: time.Duration(tc.MaxLateness),
+			st, err := storage.ForLocation(tc.Location)
+			if err != nil {
+				return fmt.Errorf("status: table %s: %w", tc.Name, err)
+			}
+			src := status.Source{Name: tc.Name, Store: st, Pipeline: cfg.Pipeline.ID, MaxLateness: time.Duration(tc.MaxLateness),
 				KafkaTombstones: tc.KafkaTombstones}
 			if tc.Topic != "" {
 				src.Topics = []string{tc.Topic}
@@ -76,7 +80,11 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 			return fmt.Errorf("status: no table named %q in %s", *name, *config)
 		}
 	case *table != "":
-		sources = []status.Source{{Name: *table, Store: storage.NewLocal(*table), Pipeline: *pipeline}}
+		st, err := storage.ForLocation(*table)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		sources = []status.Source{{Name: *table, Store: st, Pipeline: *pipeline}}
 	default:
 		return fmt.Errorf("status: give --config FILE or --table PATH: %w", errUsage)
 	}

@@ -133,6 +133,21 @@ func firstEnv(names ...string) string {
 	return ""
 }
 
+// CheckLocation reports what is wrong with a table location's form
+// (s3://bucket/prefix, file:///path or a path) without reaching the store.
+func CheckLocation(loc string) error {
+	if strings.HasPrefix(loc, "s3://") {
+		if _, _, ok := ParseS3Location(loc); !ok {
+			return fmt.Errorf("location %q: want s3://bucket/prefix", loc)
+		}
+		return nil
+	}
+	if i := strings.Index(loc, "://"); i > 0 && !strings.ContainsAny(loc[:i], "/\\") && !strings.HasPrefix(loc, "file://") {
+		return fmt.Errorf("location %q: scheme %q is not supported (s3:// or a local directory)", loc, loc[:i])
+	}
+	return nil
+}
+
 // ForLocation returns the storage of a table location: s3://bucket/prefix
 // (configured from the environment, S3ConfigFromEnv) or a local directory
 // (a path, or file:///path).
@@ -144,13 +159,10 @@ func ForLocation(loc string) (Storage, error) {
 		}
 		return NewS3(cfg)
 	}
-	if p, ok := strings.CutPrefix(loc, "file://"); ok {
-		return NewLocal(p), nil
+	if err := CheckLocation(loc); err != nil {
+		return nil, fmt.Errorf("open %s: %w", loc, err)
 	}
-	if i := strings.Index(loc, "://"); i > 0 && !strings.ContainsAny(loc[:i], "/\\") {
-		return nil, fmt.Errorf("open %s: scheme %q is not supported (s3:// or a local directory)", loc, loc[:i])
-	}
-	return NewLocal(loc), nil
+	return NewLocal(strings.TrimPrefix(loc, "file://")), nil
 }
 
 // Location implements Storage: s3://bucket/prefix.

@@ -2,7 +2,10 @@
 what it sees as one JSON object on stdout, for the Go interop test to compare
 with its own oracle.
 
-usage: read_table.py TABLE_DIR [--all-versions] [APP_ID ...]
+usage: read_table.py TABLE_DIR|s3://BUCKET/PREFIX [--all-versions] [APP_ID ...]
+
+An s3:// table is reached with the AWS_* environment (AWS_ENDPOINT_URL,
+AWS_ALLOW_HTTP, credentials, region), which delta-rs reads itself.
 
 Output keys:
   version       the table version deltalake loaded
@@ -60,7 +63,10 @@ def column_values(arr):
 
 def state(dt, table_dir, app_ids):
     """What deltalake sees of dt at the version it has loaded."""
-    root = os.path.abspath(table_dir).rstrip("/") + "/"
+    if table_dir.startswith("s3://"):
+        root = table_dir.rstrip("/") + "/"
+    else:
+        root = os.path.abspath(table_dir).rstrip("/") + "/"
     files = []
     for uri in dt.file_uris():
         # file_uris are absolute, already decoded paths (a file:// URL on
