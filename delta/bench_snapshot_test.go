@@ -188,3 +188,55 @@ func BenchmarkCheckpoint(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateLongLog is a writer's catch-up before a batch (Update
+// with one new commit) on a log of n commits, the retention's worth of a
+// busy table: by probing the next names (what Update does) and by
+// listing the log (what it did before, and still does when the probe
+// cannot tell). The log's commits are written as files, not through the
+// committer, so a long log is quick to make.
+func BenchmarkUpdateLongLog(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		ctx := context.Background()
+		root := b.TempDir()
+		store := storage.NewLocal(root)
+		first, err := EncodeActions([]Action{
+			{Protocol: &Protocol{MinReaderVersion: 1, MinWriterVersion: 2}},
+			{Metadata: &Metadata{ID: "bench", Format: Format{Provider: "parquet", Options: map[string]string{}},
+				SchemaString:     `{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}`,
+				PartitionColumns: []string{}, Configuration: map[string]string{}}},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := store.WriteIfAbsent(ctx, commitPath(0), first); err != nil {
+			b.Fatal(err)
+		}
+		next := func(v int64) []byte {
+			return []byte(fmt.Sprintf(`{"txn":{"appId":"bench","version":%d}}`+"\n", v))
+		}
+		for v := int64(1); v < int64(n); v++ {
+			if err := store.WriteIfAbsent(ctx, commitPath(v), next(v)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		tbl := Open(store)
+		base, err := tbl.SnapshotAt(ctx, int64(n-2))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, way := range []struct {
+			name   string
+			update func(context.Context, *Snapshot) (*Snapshot, error)
+		}{{"probe", tbl.Update}, {"list", tbl.updateByListing}} {
+			b.Run(fmt.Sprintf("commits=%d/%s", n, way.name), func(b *testing.B) {
+				for b.Loop() {
+					up, err := way.update(ctx, base)
+					if err != nil || up.Version != int64(n-1) {
+						b.Fatalf("update to %v: %v", up, err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -343,6 +343,60 @@ func (t *Table) readCommit(ctx context.Context, v int64) ([]Action, error) {
 	return actions, nil
 }
 
+// updateByProbe is Update without a listing of the log: it asks for the
+// commits after snap's by name, one at a time, until one is missing. A
+// listing reads every commit the log retention keeps (30 days by
+// default: at a commit a second 2.6 million names, and 200,000 took 0.6 s
+// on a local disk), and a writer updates before every batch. ok is false
+// when the probe cannot tell (snap's own commit is gone, or the log
+// replaced it: a table deleted and created again, a cleaned-up log), and
+// Update falls back to the listing, which sees what happened.
+func (t *Table) updateByProbe(ctx context.Context, snap *Snapshot) (next *Snapshot, ok bool, err error) {
+	var commits [][]Action
+	// The commits' times as logListing.commitTime makes them: the file's,
+	// kept above the previous commit's.
+	ts := snap.Timestamp
+	for v := snap.Version + 1; ; v++ {
+		fi, err := storage.Stat(ctx, t.store, commitPath(v))
+		if errors.Is(err, storage.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("update table %s: %w", t.Location(), err)
+		}
+		actions, err := t.readCommit(ctx, v)
+		if err != nil {
+			return nil, false, err
+		}
+		commits = append(commits, actions)
+		ts = max(fi.ModTime.UnixMilli(), ts+1)
+	}
+	if len(commits) == 0 {
+		// Nothing newer; snap's own commit must still be there, or the
+		// log is no longer the one snap was read from.
+		if _, err := storage.Stat(ctx, t.store, commitPath(snap.Version)); err != nil {
+			if errors.Is(err, storage.ErrNotExist) {
+				return nil, false, nil
+			}
+			return nil, false, fmt.Errorf("update table %s: %w", t.Location(), err)
+		}
+		return snap, true, nil
+	}
+	latest := snap.Version + int64(len(commits))
+	next, err = snap.derive(t.Location(), latest, 0, commits...)
+	if err != nil {
+		return nil, false, err
+	}
+	if ict, from := inCommitTimestamps(next.Protocol, next.Metadata); ict && next.Version >= from {
+		if ci := firstCommitInfo(commits[len(commits)-1]); ci != nil && ci.InCommitTimestamp != nil {
+			next.Timestamp = *ci.InCommitTimestamp
+		}
+	} else {
+		next.Timestamp = ts
+	}
+	return next, true, nil
+}
+
 // ReadCommit returns the actions of the JSON commit of version v, in file
 // order, including commitInfo and cdc actions.
 func (t *Table) ReadCommit(ctx context.Context, v int64) ([]Action, error) {
@@ -560,6 +614,14 @@ func copyMap[K comparable, V any](m map[K]V) map[K]V {
 // after snap.Version are read and applied. When the log no longer holds
 // them (cleaned up), it replays from a checkpoint instead.
 func (t *Table) Update(ctx context.Context, snap *Snapshot) (*Snapshot, error) {
+	if next, ok, err := t.updateByProbe(ctx, snap); ok || err != nil {
+		return next, err
+	}
+	return t.updateByListing(ctx, snap)
+}
+
+// updateByListing is Update from a listing of the whole log.
+func (t *Table) updateByListing(ctx context.Context, snap *Snapshot) (*Snapshot, error) {
 	l, err := t.listLog(ctx)
 	if err != nil {
 		return nil, err

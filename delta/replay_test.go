@@ -615,3 +615,71 @@ func TestReplaySkipsIncompleteOrDamagedCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateProbesTheNextCommits: Update finds other writers' commits by
+// asking for the next names, without listing the log (a listing reads
+// every commit the retention keeps, and a writer updates before every
+// batch); the snapshot, commit time included where file times run
+// backwards, equals a full load's. Where the snapshot's own commit is gone
+// (the table deleted and created again) it lists, and says the log went
+// back.
+func TestUpdateProbesTheNextCommits(t *testing.T) {
+	ctx := context.Background()
+	schema := strings.ReplaceAll(testSchema, `"`, `\"`)
+	meta := `{"metaData":{"id":"t","format":{"provider":"parquet","options":{}},"schemaString":"` + schema +
+		`","partitionColumns":[],"configuration":{}}}`
+	proto := `{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}`
+	add := func(p string) string {
+		return `{"add":{"path":"` + p + `","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}`
+	}
+	root := t.TempDir()
+	// Versions 2-4 have file times before version 1's: their commit
+	// times are 5001, 5002 and 5003.
+	writeLog(t, root, []int64{100, 5000, 4000, 4500, 4800},
+		[]string{proto, meta}, []string{add("a")}, []string{add("b")}, []string{add("c")}, []string{add("d")})
+	faulty := storage.NewFaulty(storage.NewLocal(root))
+	tbl := Open(faulty)
+	old, err := tbl.SnapshotAt(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := func(from int) (n int) {
+		for _, op := range faulty.Ops()[from:] {
+			if op.Kind == storage.OpList {
+				n++
+			}
+		}
+		return n
+	}
+	from := faulty.Count()
+	up, err := tbl.Update(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Version != 4 || up.NumFiles() != 4 || up.Timestamp != 5003 || up.Timestamp != full.Timestamp {
+		t.Errorf("update: version %d, %d files, time %d; want 4, 4, 5003 (a full load's time %d)", up.Version, up.NumFiles(), up.Timestamp, full.Timestamp)
+	}
+	sameState(t, "update by probe", up, full)
+	if n := lists(from); n != 0 {
+		t.Errorf("update listed the log %d times", n)
+	}
+	from = faulty.Count()
+	if again, err := tbl.Update(ctx, up); err != nil || again != up {
+		t.Errorf("update with nothing new: %v, %v; want the same snapshot", again, err)
+	}
+	if n := lists(from); n != 0 {
+		t.Errorf("an update with nothing new listed the log %d times", n)
+	}
+	// The table deleted and created again, with two versions.
+	if err := os.RemoveAll(filepath.Join(root, LogDir)); err != nil {
+		t.Fatal(err)
+	}
+	writeLog(t, root, []int64{100, 200}, []string{proto, meta}, []string{add("x")})
+	if _, err := tbl.Update(ctx, up); err == nil || !strings.Contains(err.Error(), "behind the snapshot") {
+		t.Errorf("update after the log went back: %v, want the listing's error", err)
+	}
+}

@@ -156,6 +156,17 @@ func contractReadListDelete(t *testing.T, st storage.Storage) {
 			t.Fatalf("list is not sorted: %q before %q", all[i-1].Path, all[i].Path)
 		}
 	}
+	for _, f := range list {
+		fi, err := storage.Stat(ctx, st, f.Path)
+		if err != nil || fi.Path != f.Path || fi.Size != f.Size || !fi.ModTime.Equal(f.ModTime) {
+			t.Fatalf("stat %s = %+v, %v; the listing has %+v", f.Path, fi, err, f)
+		}
+	}
+	for _, p := range []string{"_delta_log/00000000000000000002.json", "_delta_log/_sidecars", "_delta_log"} {
+		if _, err := storage.Stat(ctx, st, p); !errors.Is(err, storage.ErrNotExist) {
+			t.Fatalf("stat %s (no such file): %v", p, err)
+		}
+	}
 	if b, err := st.Read(ctx, "deleted=true/part 01$.parquet"); err != nil || string(b) != "odd name" {
 		t.Fatalf("read a name that needs escaping = %q, %v", b, err)
 	}

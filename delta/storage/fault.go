@@ -20,6 +20,7 @@ type OpKind string
 // The operations Faulty counts.
 const (
 	OpList          OpKind = "list"
+	OpStat          OpKind = "stat"
 	OpRead          OpKind = "read"
 	OpWriteIfAbsent OpKind = "write-if-absent"
 	OpWrite         OpKind = "write"
@@ -186,6 +187,13 @@ func (f *Faulty) List(ctx context.Context, dir string) ([]FileInfo, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// Stat implements Stater.
+func (f *Faulty) Stat(ctx context.Context, p string) (FileInfo, error) {
+	var out FileInfo
+	err := f.do(OpStat, p, func() (err error) { out, err = Stat(ctx, f.inner, p); return err })
+	return out, err
 }
 
 // Read implements Storage.

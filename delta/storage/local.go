@@ -89,6 +89,29 @@ func (l *Local) List(ctx context.Context, dir string) ([]FileInfo, error) {
 	return out, nil
 }
 
+// Stat implements Stater.
+func (l *Local) Stat(ctx context.Context, p string) (FileInfo, error) {
+	full, err := l.full(p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	info, err := os.Stat(full)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return FileInfo{}, fmt.Errorf("stat %s: %w", full, ErrNotExist)
+		}
+		return FileInfo{}, fmt.Errorf("stat %s: %w", full, err)
+	}
+	if info.IsDir() {
+		return FileInfo{}, fmt.Errorf("stat %s: a directory: %w", full, ErrNotExist)
+	}
+	rel, err := filepath.Rel(l.root, full)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return FileInfo{Path: filepath.ToSlash(rel), Size: info.Size(), ModTime: info.ModTime()}, nil
+}
+
 // Open implements RangeReader.
 func (l *Local) Open(ctx context.Context, p string) (File, error) {
 	full, err := l.full(p)

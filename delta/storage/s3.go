@@ -442,7 +442,9 @@ func (s *S3) List(ctx context.Context, dir string) ([]FileInfo, error) {
 			if !ok || rel == "" || strings.HasSuffix(rel, "/") {
 				continue // a "folder" marker some tools leave
 			}
-			out = append(out, FileInfo{Path: rel, Size: c.Size, ModTime: c.LastModified})
+			// Seconds, as a HEAD's Last-Modified has them (Stat): a
+			// commit's time must not depend on how it was found.
+			out = append(out, FileInfo{Path: rel, Size: c.Size, ModTime: c.LastModified.Truncate(time.Second)})
 		}
 		if !page.IsTruncated {
 			break
@@ -456,6 +458,34 @@ func (s *S3) List(ctx context.Context, dir string) ([]FileInfo, error) {
 	return out, nil
 }
 
+// Stat implements Stater with a HEAD.
+func (s *S3) Stat(ctx context.Context, p string) (FileInfo, error) {
+	key, err := s.key(p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return s.head(ctx, "stat", p, key)
+}
+
+func (s *S3) head(ctx context.Context, op, p, key string) (FileInfo, error) {
+	resp, err := s.do(ctx, request{op: op, method: http.MethodHead, key: key, okCodes: []int{200}})
+	if err != nil {
+		if statusOf(err) == http.StatusNotFound {
+			return FileInfo{}, fmt.Errorf("%w: %w", err, ErrNotExist)
+		}
+		return FileInfo{}, err
+	}
+	drain(resp)
+	if resp.ContentLength < 0 {
+		return FileInfo{}, fmt.Errorf("%s s3://%s/%s: the answer has no length", op, s.cfg.Bucket, key)
+	}
+	mod, err := http.ParseTime(resp.Header.Get("Last-Modified"))
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("%s s3://%s/%s: Last-Modified: %w", op, s.cfg.Bucket, key, err)
+	}
+	return FileInfo{Path: strings.Trim(p, "/"), Size: resp.ContentLength, ModTime: mod}, nil
+}
+
 // Open implements RangeReader: the size from a HEAD, then a ranged GET for
 // each ReadAt.
 func (s *S3) Open(ctx context.Context, p string) (File, error) {
@@ -463,18 +493,11 @@ func (s *S3) Open(ctx context.Context, p string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.do(ctx, request{op: "open", method: http.MethodHead, key: key, okCodes: []int{200}})
+	fi, err := s.head(ctx, "open", p, key)
 	if err != nil {
-		if statusOf(err) == http.StatusNotFound {
-			return nil, fmt.Errorf("%w: %w", err, ErrNotExist)
-		}
 		return nil, err
 	}
-	drain(resp)
-	if resp.ContentLength < 0 {
-		return nil, fmt.Errorf("open s3://%s/%s: the answer has no length", s.cfg.Bucket, key)
-	}
-	return &s3File{s: s, ctx: ctx, key: key, size: resp.ContentLength}, nil
+	return &s3File{s: s, ctx: ctx, key: key, size: fi.Size}, nil
 }
 
 // s3File reads parts of one object. It keeps the context it was opened

@@ -11,7 +11,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	pathpkg "path"
+	"strings"
 	"sync"
 	"time"
 )
@@ -80,6 +83,34 @@ type RangeReader interface {
 	// Open opens path for reading in parts, or returns an error wrapping
 	// ErrNotExist.
 	Open(ctx context.Context, path string) (File, error)
+}
+
+// Stater is implemented by storages that can describe one file without
+// listing its folder: a reader polling a long Delta log for its next
+// commit asks for that one name, where a listing reads every commit the
+// log retention keeps (30 days of them by default).
+type Stater interface {
+	// Stat describes path, or returns an error wrapping ErrNotExist.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+}
+
+// Stat describes path: through the storage's Stater when it has one,
+// else from a listing of its folder.
+func Stat(ctx context.Context, st Storage, p string) (FileInfo, error) {
+	if s, ok := st.(Stater); ok {
+		return s.Stat(ctx, p)
+	}
+	dir, _ := pathpkg.Split(p)
+	infos, err := st.List(ctx, strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return FileInfo{}, err
+	}
+	for _, fi := range infos {
+		if fi.Path == p {
+			return fi, nil
+		}
+	}
+	return FileInfo{}, fmt.Errorf("stat %s/%s: %w", st.Location(), p, ErrNotExist)
 }
 
 // Open opens path for reading in parts: through the storage's
