@@ -151,7 +151,7 @@ func (tx *Transaction) checkpointInBackground(ctx context.Context, snap *Snapsho
 			t.opts.background.setWritten(&writtenCheckpoint{snap: snap, path: path, removes: removes})
 			withCkpt := *snap
 			withCkpt.checkpointVersion = snap.Version
-			if cerr := CleanupExpiredLogs(bctx, t.store, &withCkpt, t.opts.clock()); cerr != nil {
+			if cerr := t.cleanupExpiredLogs(bctx, &withCkpt); cerr != nil {
 				err = fmt.Errorf("clean up log of table %s after version %d: %w", loc, snap.Version, cerr)
 			}
 		}

@@ -486,7 +486,7 @@ func (tx *Transaction) committed(ctx context.Context, version, ts int64, retries
 			withCkpt.tombstones = tombstonesSince(&snap.tombstones, cutoff)
 			withCkpt.tombstoneCutoff = cutoff
 			res.Snapshot = withCkpt.rebased(tx.table.store, &withCkpt, []string{path}, removes)
-			if err := CleanupExpiredLogs(ctx, tx.table.store, res.Snapshot, tx.table.opts.clock()); err != nil {
+			if err := tx.table.cleanupExpiredLogs(ctx, res.Snapshot); err != nil {
 				res.CheckpointErr = fmt.Errorf("clean up log of table %s after version %d: %w", loc, version, err)
 			}
 		}

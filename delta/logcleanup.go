@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cdcapply/cdcapply/delta/storage"
@@ -36,18 +37,65 @@ import (
 //     are themselves older than cutOffTimestamp (a sidecar younger than that
 //     may belong to a checkpoint being written right now).
 func CleanupExpiredLogs(ctx context.Context, store storage.Storage, snap *Snapshot, now time.Time) error {
+	cutoff, ok, err := logCutoff(snap, now)
+	if !ok || err != nil {
+		return err
+	}
+	_, err = cleanupBelow(ctx, store, snap, cutoff)
+	return err
+}
+
+// logCutoff is step 1: the cut-off timestamp, and whether cleanup is on.
+func logCutoff(snap *Snapshot, now time.Time) (time.Time, bool, error) {
 	if strings.EqualFold(snap.Metadata.Configuration[propExpiredLogCleanup], "false") {
-		return nil
+		return time.Time{}, false, nil
 	}
 	retention, err := tableDuration(snap.Metadata.Configuration, propLogRetention, defaultLogRetention)
 	if err != nil {
-		return fmt.Errorf("clean up log: %w", err)
+		return time.Time{}, false, fmt.Errorf("clean up log: %w", err)
 	}
-	cutoff := now.Add(-retention).UTC().Truncate(24 * time.Hour)
+	return now.Add(-retention).UTC().Truncate(24 * time.Hour), true, nil
+}
 
+// cleanupMemo is the cut-off a table's last cleanup finished at. The
+// cut-off moves once a day (midnight UTC), and what a cleanup deletes
+// depends only on it: commits older than it are not written any more, nor
+// checkpoints at their versions. So a writer lists the log for cleanup once
+// a day, not after every checkpoint (every tenth commit), where a listing
+// reads every commit the retention keeps.
+type cleanupMemo struct {
+	mu   sync.Mutex // guards done
+	done time.Time
+}
+
+// cleanupExpiredLogs is CleanupExpiredLogs, done once a cut-off.
+func (t *Table) cleanupExpiredLogs(ctx context.Context, snap *Snapshot) error {
+	cutoff, ok, err := logCutoff(snap, t.opts.clock())
+	if !ok || err != nil {
+		return err
+	}
+	t.cleaned.mu.Lock()
+	done := t.cleaned.done.Equal(cutoff)
+	t.cleaned.mu.Unlock()
+	if done {
+		return nil
+	}
+	complete, err := cleanupBelow(ctx, t.store, snap, cutoff)
+	if err == nil && complete {
+		t.cleaned.mu.Lock()
+		t.cleaned.done = cutoff
+		t.cleaned.mu.Unlock()
+	}
+	return err
+}
+
+// cleanupBelow is steps 2-5 at cutoff. complete is false when it left
+// files a later cleanup at the same cut-off may delete (held back for
+// snap's spilled removes).
+func cleanupBelow(ctx context.Context, store storage.Storage, snap *Snapshot, cutoff time.Time) (complete bool, err error) {
 	infos, err := store.List(ctx, LogDir)
 	if err != nil {
-		return fmt.Errorf("clean up log: %w", err)
+		return false, fmt.Errorf("clean up log: %w", err)
 	}
 	l := listLogFiles(infos, snap.Version)
 
@@ -70,11 +118,12 @@ func CleanupExpiredLogs(ctx context.Context, store storage.Storage, snap *Snapsh
 	// The checkpoint snap reads its older removes back from (Snapshot.
 	// spill) stays, with what follows it, until a later cleanup: the
 	// writer's next snapshots rebase on the newer checkpoint first.
+	complete = true
 	if sp := snap.spill; sp != nil && sp.version < cutCkpt && l.complete[sp.version] {
-		cutCkpt = sp.version
+		cutCkpt, complete = sp.version, false
 	}
 	if cutCkpt < 0 {
-		return nil
+		return complete, nil
 	}
 
 	var doomed []cleanupFile
@@ -86,13 +135,13 @@ func CleanupExpiredLogs(ctx context.Context, store storage.Storage, snap *Snapsh
 	sort.SliceStable(doomed, func(i, j int) bool { return doomed[i].version < doomed[j].version })
 	for _, f := range doomed {
 		if err := store.Delete(ctx, f.info.Path); err != nil {
-			return fmt.Errorf("clean up log: %w", err)
+			return false, fmt.Errorf("clean up log: %w", err)
 		}
 	}
 	if err := cleanupSidecars(ctx, store, l, cutCkpt, cutoff); err != nil {
-		return fmt.Errorf("clean up log: %w", err)
+		return false, fmt.Errorf("clean up log: %w", err)
 	}
-	return nil
+	return complete, nil
 }
 
 // cleanupFile is one file of _delta_log that cleanup may delete.

@@ -295,3 +295,65 @@ func TestCleanupExpiredLogsCrash(t *testing.T) {
 		}
 	}
 }
+
+// TestLogCleanupOncePerCutoff: a writer lists its log for cleanup once for
+// each cut-off (it moves at midnight UTC), not after every checkpoint: a
+// listing reads every commit the retention keeps. A day later the next
+// checkpoint's cleanup lists again and deletes what expired meanwhile.
+func TestLogCleanupOncePerCutoff(t *testing.T) {
+	ctx := context.Background()
+	faulty := storage.NewFaulty(storage.NewLocal(t.TempDir()))
+	now := time.Now().Add(40 * 24 * time.Hour) // every file beyond the 30-day retention
+	tbl, snap := createTable(t, faulty, map[string]string{"delta.checkpointInterval": "2"},
+		Clock(func() time.Time { return now }))
+	commit := func(i int) {
+		t.Helper()
+		tx := tbl.Begin(snap)
+		tx.Add(fakeAdd(fmt.Sprint("f", i)))
+		c, err := tx.Commit(ctx, "WRITE", nil)
+		if err != nil || c.CheckpointErr != nil {
+			t.Fatalf("commit %d: %v %v", i, err, c.CheckpointErr)
+		}
+		snap = c.Snapshot
+	}
+	lists := func(from int) (n int) {
+		for _, op := range faulty.Ops()[from:] {
+			if op.Kind == storage.OpList && op.Path == LogDir {
+				n++
+			}
+		}
+		return n
+	}
+	exists := func(v int64) bool {
+		_, err := faulty.Read(ctx, commitPath(v))
+		return err == nil
+	}
+	from := faulty.Count()
+	commit(1)
+	commit(2) // checkpoint 2: cleanup lists, deletes commits 0 and 1
+	if n := lists(from); n != 1 || exists(0) || exists(1) {
+		t.Fatalf("first checkpoint: %d listings (want 1); commit 0 kept %v, 1 kept %v", n, exists(0), exists(1))
+	}
+	from = faulty.Count()
+	for i := 3; i <= 6; i++ { // checkpoints 4 and 6, the same cut-off
+		commit(i)
+	}
+	if n := lists(from); n != 0 {
+		t.Errorf("checkpoints at the same cut-off listed the log %d times", n)
+	}
+	now = now.Add(24 * time.Hour)
+	from = faulty.Count()
+	commit(7)
+	commit(8) // checkpoint 8, a day later: lists, deletes below 8
+	if n := lists(from); n != 1 {
+		t.Errorf("a day later: %d listings, want 1", n)
+	}
+	for v := int64(2); v < 8; v++ {
+		if exists(v) {
+			t.Errorf("commit %d kept after the next day's cleanup", v)
+		}
+	}
+	if s, err := Open(storage.NewLocal(faulty.Location())).Snapshot(ctx); err != nil || s.Version != 8 || s.NumFiles() != 8 {
+		t.Fatalf("the table after cleanup: %v %v", s, err)
+	}
+}

@@ -23,8 +23,9 @@ var ErrVersionNotFound = errors.New("table version not available")
 // table itself: every Snapshot call reads the log, and a Transaction carries
 // the snapshot it was begun from. A Table is safe for concurrent use.
 type Table struct {
-	store storage.Storage
-	opts  options
+	store   storage.Storage
+	opts    options
+	cleaned cleanupMemo
 }
 
 // Option configures a Table.
