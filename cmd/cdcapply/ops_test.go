@@ -17,17 +17,24 @@ import (
 	"github.com/cdcapply/cdcapply/checkpoint"
 	"github.com/cdcapply/cdcapply/delta"
 	"github.com/cdcapply/cdcapply/delta/storage"
+	"github.com/cdcapply/cdcapply/internal/s3test"
 	"github.com/cdcapply/cdcapply/schema"
 	"github.com/cdcapply/cdcapply/tombstone"
 )
 
 // opsTable writes a real cdcapply table: keys 1..3 created ten days ago,
 // key 2 deleted nine days ago, key 3 deleted an hour ago, key 4 created
-// now in a second file. Versions 0..3.
-func opsTable(t *testing.T) string {
+// now in a second file. Versions 0..3. It is at dir, or in a fresh
+// directory when dir is empty.
+func opsTable(t *testing.T, dir string) string {
 	t.Helper()
-	dir := t.TempDir()
-	store := storage.NewLocal(dir)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	store, err := storage.ForLocation(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	layout, err := apply.NewLayout([]delta.StructField{{Name: "id", Type: delta.Long}, {Name: "status", Type: delta.String, Nullable: true}}, []string{"id"})
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +94,14 @@ func mustContain(t *testing.T, what, got string, wants ...string) {
 	}
 }
 
+// TestOpsCommandLine runs every table operation on a table in a directory
+// and on one on an S3-compatible server (scripts/s3.sh).
 func TestOpsCommandLine(t *testing.T) {
-	dir := opsTable(t)
+	t.Run("local", func(t *testing.T) { opsCommandLine(t, opsTable(t, "")) })
+	t.Run("s3", func(t *testing.T) { opsCommandLine(t, opsTable(t, s3test.Location(t))) })
+}
+
+func opsCommandLine(t *testing.T, dir string) {
 
 	out, err := cli(t, "tombstones", "stats", "--table", dir, "--max-lateness", "168h")
 	if err != nil {
@@ -158,7 +171,7 @@ func TestOpsCommandLine(t *testing.T) {
 // TestRestoreChecksKafka restores against an in-process Kafka whose log
 // of the table's partition no longer starts at the rewound offset.
 func TestRestoreChecksKafka(t *testing.T) {
-	dir := opsTable(t)
+	dir := opsTable(t, "")
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,8 @@ func TestContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.ListPage = 2 // every listing here takes several pages
+			cfg.ListPage = 2       // every listing here takes several pages
+			cfg.PartSize = 5 << 20 // S3's smallest: write-from-large takes three parts
 			st, err := storage.NewS3(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -41,6 +42,7 @@ func TestContract(t *testing.T) {
 		{"read-list-delete", contractReadListDelete},
 		{"open-read-at", contractOpen},
 		{"write-from", contractWriteFrom},
+		{"write-from-large", contractWriteFromLarge},
 	}
 	for _, name := range []string{"local", "s3"} {
 		t.Run(name, func(t *testing.T) {
@@ -237,5 +239,53 @@ func contractWriteFrom(t *testing.T, st storage.Storage) {
 	}
 	if b, _ := st.Read(ctx, "s.json"); string(b) != "streamed" {
 		t.Fatalf("s.json = %q", b)
+	}
+}
+
+// contractWriteFromLarge: a streamed write larger than S3's part size
+// (a multipart upload there) appears whole, a second one if absent is
+// refused and leaves the first, and a fill that fails after several
+// megabytes leaves nothing.
+func contractWriteFromLarge(t *testing.T, st storage.Storage) {
+	ctx := context.Background()
+	const size = 11<<20 + 12345
+	fillWith := func(seed byte, failAfter int) func(io.Writer) error {
+		return func(w io.Writer) error {
+			chunk := make([]byte, 64<<10)
+			for n := 0; n < size; n += len(chunk) {
+				if failAfter > 0 && n >= failAfter {
+					return errors.New("fill failed")
+				}
+				for i := range chunk {
+					chunk[i] = seed + byte((n+i)%251)
+				}
+				k := min(len(chunk), size-n)
+				if _, err := w.Write(chunk[:k]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	if n, err := storage.WriteFrom(ctx, st, "big.checkpoint.parquet", true, fillWith(1, 0)); err != nil || n != size {
+		t.Fatalf("WriteFrom = %d, %v", n, err)
+	}
+	if _, err := storage.WriteFrom(ctx, st, "big.checkpoint.parquet", true, fillWith(2, 0)); !errors.Is(err, storage.ErrExist) {
+		t.Fatalf("a second large WriteFrom if absent: %v, want ErrExist", err)
+	}
+	b, err := st.Read(ctx, "big.checkpoint.parquet")
+	if err != nil || len(b) != size {
+		t.Fatalf("read back %d bytes, %v; want %d", len(b), err, size)
+	}
+	for i, c := range b {
+		if c != 1+byte(i%251) {
+			t.Fatalf("byte %d is %d, want the first writer's %d", i, c, 1+byte(i%251))
+		}
+	}
+	if _, err := storage.WriteFrom(ctx, st, "failed-big.parquet", true, fillWith(3, 7<<20)); err == nil {
+		t.Fatal("a fill that failed was written")
+	}
+	if _, err := st.Read(ctx, "failed-big.parquet"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("a fill failed after 7 MiB left an object: %v", err)
 	}
 }

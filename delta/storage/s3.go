@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -41,6 +42,10 @@ type S3Config struct {
 	Client *http.Client
 	// ListPage is the most keys a list page asks for (S3's 1000 when zero).
 	ListPage int
+	// PartSize is the size of a streamed write's parts (WriteFrom): a
+	// file up to it is one PUT, a larger one a multipart upload of parts
+	// this size (8 MiB when zero; S3 takes 5 MiB to 5 GiB).
+	PartSize int
 	// Attempts bounds the tries of a request that failed in a way worth
 	// retrying (a 5xx, a throttle, a broken connection); 5 when zero.
 	Attempts int
@@ -68,6 +73,9 @@ func NewS3(cfg S3Config) (*S3, error) {
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 5
+	}
+	if cfg.PartSize <= 0 {
+		cfg.PartSize = 8 << 20
 	}
 	if cfg.Client == nil {
 		cfg.Client = http.DefaultClient
@@ -600,4 +608,189 @@ func (s *S3) CreateBucket(ctx context.Context) error {
 	}
 	drain(resp)
 	return nil
+}
+
+// WriteFrom implements StreamWriter: a file up to PartSize is one PUT, a
+// larger one a multipart upload whose parts are sent as fill produces
+// them, so the writer holds one part, not the file (a checkpoint holds
+// every live file of the table). With ifAbsent the upload's completion is
+// conditional (If-None-Match: *): the object appears whole or not at all,
+// and an existing one is left as it was (ErrExist). A failed fill, or a
+// completion refused, aborts the upload.
+func (s *S3) WriteFrom(ctx context.Context, p string, ifAbsent bool, fill func(io.Writer) error) (int64, error) {
+	key, err := s.key(p)
+	if err != nil {
+		return 0, err
+	}
+	w := &s3Upload{s: s, ctx: ctx, key: key, buf: getPart(s.cfg.PartSize)}
+	defer func() { putPart(w.buf) }()
+	err = fill(w)
+	if err == nil {
+		err = w.err
+	}
+	if err == nil {
+		err = w.finish(ifAbsent)
+	}
+	if err != nil {
+		w.abort()
+		return w.n, err
+	}
+	return w.n, nil
+}
+
+// partBuffers keep the parts' buffers from one streamed write to the next.
+var partBuffers sync.Pool
+
+func getPart(size int) []byte {
+	if b, ok := partBuffers.Get().([]byte); ok && cap(b) == size {
+		return b[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+func putPart(b []byte) { partBuffers.Put(b[:0]) }
+
+// s3Upload gathers a streamed write's bytes into parts.
+type s3Upload struct {
+	s        *S3
+	ctx      context.Context
+	key      string
+	buf      []byte
+	n        int64
+	err      error
+	uploadID string   // set once the first full part is sent
+	etags    []string // of the parts sent, in order
+}
+
+func (w *s3Upload) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	written := 0
+	for len(p) > 0 {
+		k := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p, written = p[k:], written+k
+		if len(w.buf) == cap(w.buf) {
+			if w.err = w.sendPart(); w.err != nil {
+				w.n += int64(written)
+				return written, w.err
+			}
+		}
+	}
+	w.n += int64(written)
+	return written, nil
+}
+
+func (w *s3Upload) loc() string { return "s3://" + w.s.cfg.Bucket + "/" + w.key }
+
+// sendPart sends the gathered bytes as the next part, starting the upload
+// with the first.
+func (w *s3Upload) sendPart() error {
+	if w.uploadID == "" {
+		resp, err := w.s.do(w.ctx, request{op: "start upload", method: http.MethodPost, key: w.key,
+			query: url.Values{"uploads": {""}}, okCodes: []int{200}})
+		if err != nil {
+			return err
+		}
+		var started struct {
+			UploadID string `xml:"UploadId"`
+		}
+		err = xml.NewDecoder(resp.Body).Decode(&started)
+		resp.Body.Close()
+		if err != nil || started.UploadID == "" {
+			return fmt.Errorf("start upload %s: no upload id in the answer (%v)", w.loc(), err)
+		}
+		w.uploadID = started.UploadID
+	}
+	part := strconv.Itoa(len(w.etags) + 1)
+	resp, err := w.s.do(w.ctx, request{op: "upload part " + part, method: http.MethodPut, key: w.key, body: w.buf,
+		query: url.Values{"partNumber": {part}, "uploadId": {w.uploadID}}, okCodes: []int{200}})
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	etag := resp.Header.Get("ETag")
+	if etag == "" {
+		return fmt.Errorf("upload part %s of %s: no ETag in the answer", part, w.loc())
+	}
+	w.etags = append(w.etags, etag)
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// finish writes what fill produced: one PUT when it fits a part, else the
+// last part and the upload's completion.
+func (w *s3Upload) finish(ifAbsent bool) error {
+	var header http.Header
+	if ifAbsent {
+		header = http.Header{"If-None-Match": {"*"}}
+	}
+	if w.uploadID == "" {
+		op := "write"
+		if ifAbsent {
+			op = "write if absent"
+		}
+		resp, err := w.s.do(w.ctx, request{op: op, method: http.MethodPut, key: w.key, body: w.buf, header: header, okCodes: []int{200}})
+		if err != nil {
+			if ifAbsent && statusOf(err) == http.StatusPreconditionFailed {
+				return fmt.Errorf("%w: %w", err, ErrExist)
+			}
+			return err
+		}
+		drain(resp)
+		return nil
+	}
+	if len(w.buf) > 0 {
+		if err := w.sendPart(); err != nil {
+			return err
+		}
+	}
+	var body bytes.Buffer
+	body.WriteString("<CompleteMultipartUpload>")
+	for i, etag := range w.etags {
+		fmt.Fprintf(&body, "<Part><PartNumber>%d</PartNumber><ETag>", i+1)
+		_ = xml.EscapeText(&body, []byte(etag))
+		body.WriteString("</ETag></Part>")
+	}
+	body.WriteString("</CompleteMultipartUpload>")
+	resp, err := w.s.do(w.ctx, request{op: "complete upload", method: http.MethodPost, key: w.key, body: body.Bytes(),
+		query: url.Values{"uploadId": {w.uploadID}}, header: header, okCodes: []int{200}})
+	if err != nil {
+		if ifAbsent && statusOf(err) == http.StatusPreconditionFailed {
+			return fmt.Errorf("%w: %w", err, ErrExist)
+		}
+		return err
+	}
+	// S3 may answer a completion 200 and put the error in the body.
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("complete upload %s: %w", w.loc(), err)
+	}
+	if bytes.Contains(answer, []byte("<Error>")) {
+		e := &s3Error{Op: "complete upload", Location: w.loc(), Status: resp.StatusCode}
+		_ = xml.Unmarshal(answer, e)
+		if ifAbsent && e.Code == "PreconditionFailed" {
+			return fmt.Errorf("%w: %w", e, ErrExist)
+		}
+		return e
+	}
+	w.uploadID = "" // completed: nothing to abort
+	return nil
+}
+
+// abort drops an unfinished upload's parts (best effort: S3's lifecycle
+// rules can expire what is left).
+func (w *s3Upload) abort() {
+	if w.uploadID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 30*time.Second)
+	defer cancel()
+	if resp, err := w.s.do(ctx, request{op: "abort upload", method: http.MethodDelete, key: w.key,
+		query: url.Values{"uploadId": {w.uploadID}}, okCodes: []int{204, 200, 404}}); err == nil {
+		drain(resp)
+	}
+	w.uploadID = ""
 }

@@ -2,13 +2,18 @@ package storage
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeS3 is a minimal object server for the client's error paths: it
@@ -171,4 +176,59 @@ func mustLocal(t *testing.T, loc string) Storage {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestS3AbortsFailedUpload: a streamed write whose fill fails after its
+// first parts were sent aborts the multipart upload, so no parts are left
+// on the server (S3 bills them until they are aborted).
+func TestS3AbortsFailedUpload(t *testing.T) {
+	ep := os.Getenv("CDCAPPLY_S3_ENDPOINT")
+	if ep == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CDCAPPLY_S3_ENDPOINT is not set (scripts/s3.sh start)")
+		}
+		t.Skip("CDCAPPLY_S3_ENDPOINT is not set (scripts/s3.sh start)")
+	}
+	ctx := context.Background()
+	st, err := NewS3(S3Config{Bucket: fmt.Sprintf("cdcapply-abort-%d", time.Now().UnixNano()), Prefix: "t", Endpoint: ep,
+		PathStyle: true, AccessKeyID: "k", SecretAccessKey: "s", PartSize: 5 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	uploads := func() int {
+		t.Helper()
+		resp, err := st.do(ctx, request{op: "list uploads", method: http.MethodGet, query: url.Values{"uploads": {""}}, okCodes: []int{200}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var res struct {
+			Uploads []struct {
+				Key string `xml:"Key"`
+			} `xml:"Upload"`
+		}
+		if err := xml.NewDecoder(resp.Body).Decode(&res); err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Uploads)
+	}
+	boom := errors.New("boom")
+	_, err = st.WriteFrom(ctx, "x.parquet", true, func(w io.Writer) error {
+		if _, err := w.Write(make([]byte, 11<<20)); err != nil {
+			return err
+		}
+		if n := uploads(); n != 1 {
+			t.Errorf("%d uploads under way after two parts, want 1: the write did not stream", n)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("WriteFrom = %v, want the fill's error", err)
+	}
+	if n := uploads(); n != 0 {
+		t.Fatalf("%d multipart uploads left after the fill failed", n)
+	}
 }
