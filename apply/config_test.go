@@ -158,6 +158,12 @@ tables: [{name: t, topic: x, location: /a}, {name: t, topic: y, location: /b}]`,
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
 tables: [{name: t, topic: x, topic_pattern: y, location: /a}]`, []string{"tables[0]"}},
+		{"locations of unsupported schemes", `
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: "gs://b/t"}, {name: u, topic: y, location: "s3://", quarantine_location: "abfss://c/q"}]`,
+			[]string{`tables[0].location: location "gs://b/t": scheme "gs" is not supported`, `tables[0].quarantine_location: location "gs://b/t_quarantine"`,
+				`tables[1].location: location "s3://": want s3://bucket/prefix`, `tables[1].quarantine_location: location "abfss://c/q"`}},
 		{"avro without registry", `
 pipeline: {id: p}
 kafka: {brokers: [h:1], group: g}
@@ -239,5 +245,20 @@ func TestInstanceIDPattern(t *testing.T) {
 		if err := CheckInstanceID(id); (err == nil) != ok {
 			t.Errorf("CheckInstanceID(%q) = %v", id, err)
 		}
+	}
+}
+
+// TestS3Location: an s3:// table location is accepted, and its quarantine
+// defaults beside it in the same bucket.
+func TestS3Location(t *testing.T) {
+	cfg, err := ParseConfig("p.yaml", []byte(`
+pipeline: {id: p}
+kafka: {brokers: [h:1], group: g}
+tables: [{name: t, topic: x, location: "s3://lake/cdc/orders/"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.Tables[0].QuarantineLocation; q != "s3://lake/cdc/orders_quarantine" {
+		t.Errorf("quarantine location %q", q)
 	}
 }
