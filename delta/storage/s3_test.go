@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -25,6 +26,7 @@ type fakeS3 struct {
 	queued      []int
 	conditional bool
 	requests    int
+	gets        map[string]int // GETs and HEADs of objects
 }
 
 func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,13 +53,23 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		b, _ := io.ReadAll(r.Body)
 		f.objects[r.URL.Path] = b
-	case http.MethodGet:
+	case http.MethodGet, http.MethodHead:
 		b, ok := f.objects[r.URL.Path]
 		if !ok {
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, "<Error><Code>NoSuchKey</Code></Error>")
 			return
 		}
+		f.gets[r.Method]++
+		w.Header().Set("Last-Modified", time.Unix(1_700_000_000, 0).UTC().Format(http.TimeFormat))
+		var from, to int
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &from, &to); err == nil {
+			w.Header().Set("Content-Length", fmt.Sprint(to-from+1))
+			w.WriteHeader(http.StatusPartialContent)
+			w.Write(b[from : to+1])
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		w.Write(b)
 	case http.MethodDelete:
 		delete(f.objects, r.URL.Path)
@@ -66,7 +78,7 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func newFakeS3(t *testing.T, conditional bool) (*fakeS3, *S3) {
-	f := &fakeS3{objects: map[string][]byte{}, conditional: conditional}
+	f := &fakeS3{objects: map[string][]byte{}, conditional: conditional, gets: map[string]int{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	st, err := NewS3(S3Config{Bucket: "b", Prefix: "t", Endpoint: srv.URL, PathStyle: true,
@@ -231,4 +243,53 @@ func TestS3AbortsFailedUpload(t *testing.T) {
 	if n := uploads(); n != 0 {
 		t.Fatalf("%d multipart uploads left after the fill failed", n)
 	}
+}
+
+// TestS3ReadAhead: a Parquet reader's pattern (the footer's length, the
+// footer, then a column chunk in 64 KiB pages) on a 3 MiB object costs a
+// handful of GETs, not one per read, and returns the object's bytes; a
+// file let go between reads (DropResident) fetches again.
+func TestS3ReadAhead(t *testing.T) {
+	ctx := context.Background()
+	f, st := newFakeS3(t, true)
+	data := make([]byte, 3<<20+777)
+	for i := range data {
+		data[i] = byte(i * 7 % 253)
+	}
+	if err := st.Write(ctx, "d.parquet", data); err != nil {
+		t.Fatal(err)
+	}
+	file, err := st.Open(ctx, "d.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	read := func(off, n int) {
+		t.Helper()
+		buf := make([]byte, n)
+		got, err := file.ReadAt(buf, int64(off))
+		if got != min(n, len(data)-off) || (err != nil && err != io.EOF) || !bytes.Equal(buf[:got], data[off:off+got]) {
+			t.Fatalf("ReadAt(%d at %d) = %d, %v; wrong bytes or count", n, off, got, err)
+		}
+	}
+	read(len(data)-8, 8)
+	read(len(data)-5000, 4992)
+	for off := 0; off < len(data); off += 64 << 10 {
+		read(off, 64<<10)
+	}
+	if n := f.gets[http.MethodGet]; n > 5 {
+		t.Errorf("%d GETs for %d reads of a 3 MiB object, want at most 5", n, 2+len(data)/(64<<10)+1)
+	}
+	before := f.gets[http.MethodGet]
+	read(0, 10)
+	if f.gets[http.MethodGet] != before+1 { // the window had moved on to the tail
+		t.Errorf("a read outside the window fetched %d times", f.gets[http.MethodGet]-before)
+	}
+	read(10, 10)
+	file.(ResidentDropper).DropResident()
+	read(20, 10)
+	if got := f.gets[http.MethodGet] - before; got != 2 {
+		t.Errorf("reads at 0, 10 and 20 with the window dropped before the last: %d GETs, want 2", got)
+	}
+	read(0, 2<<20) // larger than the window: straight into the buffer
 }
