@@ -38,7 +38,9 @@ type S3Config struct {
 	PathStyle bool
 	// The credentials; SessionToken only for temporary ones.
 	AccessKeyID, SecretAccessKey, SessionToken string
-	// Client sends the requests (http.DefaultClient when nil).
+	// Client sends the requests (when nil, one shared client that keeps
+	// up to 32 idle connections a host: Go's default keeps 2, and a
+	// table's reads, data files and commits overlap).
 	Client *http.Client
 	// ListPage is the most keys a list page asks for (S3's 1000 when zero).
 	ListPage int
@@ -63,6 +65,12 @@ type S3 struct {
 	now   func() time.Time
 }
 
+var s3Client = func() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	return &http.Client{Transport: tr}
+}()
+
 // NewS3 returns the storage cfg names; it makes no request.
 func NewS3(cfg S3Config) (*S3, error) {
 	if cfg.Bucket == "" {
@@ -78,7 +86,7 @@ func NewS3(cfg S3Config) (*S3, error) {
 		cfg.PartSize = 8 << 20
 	}
 	if cfg.Client == nil {
-		cfg.Client = http.DefaultClient
+		cfg.Client = s3Client
 	}
 	if cfg.AccessKeyID == "" || cfg.SecretAccessKey == "" {
 		return nil, fmt.Errorf("open s3://%s/%s: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", cfg.Bucket, cfg.Prefix)
