@@ -69,6 +69,11 @@ func contractWriteIfAbsent(t *testing.T, st storage.Storage) {
 	if err != nil || string(b) != "first" {
 		t.Fatalf("read = %q, %v; the loser must not change the file", b, err)
 	}
+	// Neither write left anything else behind (a temporary file).
+	files, err := st.List(ctx, "_delta_log")
+	if err != nil || len(files) != 1 || files[0].Path != "_delta_log/00.json" || files[0].Size != 5 {
+		t.Fatalf("list = %+v, %v; want the one file of 5 bytes", files, err)
+	}
 }
 
 // contractRace: of many writers racing for one name exactly one wins, and

@@ -9,69 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 )
-
-func TestLocalWriteIfAbsent(t *testing.T) {
-	ctx := context.Background()
-	s := NewLocal(t.TempDir())
-	if err := s.WriteIfAbsent(ctx, "_delta_log/00.json", []byte("first")); err != nil {
-		t.Fatal(err)
-	}
-	err := s.WriteIfAbsent(ctx, "_delta_log/00.json", []byte("second"))
-	if !errors.Is(err, ErrExist) {
-		t.Fatalf("second write: want ErrExist, got %v", err)
-	}
-	b, err := s.Read(ctx, "_delta_log/00.json")
-	if err != nil || string(b) != "first" {
-		t.Fatalf("read = %q, %v; the loser must not change the file", b, err)
-	}
-	// No temporary file is left behind by either write.
-	files, err := s.List(ctx, "_delta_log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) != 1 || files[0].Path != "_delta_log/00.json" || files[0].Size != 5 {
-		t.Fatalf("list = %+v", files)
-	}
-}
-
-// TestLocalWriteIfAbsentRace: of many writers racing for one name exactly
-// one wins and the file holds exactly the winner's bytes.
-func TestLocalWriteIfAbsentRace(t *testing.T) {
-	ctx := context.Background()
-	s := NewLocal(t.TempDir())
-	const n = 16
-	var wg sync.WaitGroup
-	wins := make(chan int, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			err := s.WriteIfAbsent(ctx, "v.json", []byte(fmt.Sprintf("writer-%02d", i)))
-			switch {
-			case err == nil:
-				wins <- i
-			case !errors.Is(err, ErrExist):
-				t.Errorf("writer %d: %v", i, err)
-			}
-		}(i)
-	}
-	wg.Wait()
-	close(wins)
-	var winners []int
-	for w := range wins {
-		winners = append(winners, w)
-	}
-	if len(winners) != 1 {
-		t.Fatalf("winners = %v, want exactly one", winners)
-	}
-	b, _ := s.Read(ctx, "v.json")
-	if string(b) != fmt.Sprintf("writer-%02d", winners[0]) {
-		t.Fatalf("file holds %q, winner was %d", b, winners[0])
-	}
-}
 
 func TestLocalReadListDelete(t *testing.T) {
 	ctx := context.Background()
