@@ -39,8 +39,8 @@ type S3Config struct {
 	// The credentials; SessionToken only for temporary ones.
 	AccessKeyID, SecretAccessKey, SessionToken string
 	// Client sends the requests (when nil, one shared client that keeps
-	// up to 32 idle connections a host: Go's default keeps 2, and a
-	// table's reads, data files and commits overlap).
+	// up to 32 idle connections a host, as a table's reads, data files
+	// and commits overlap, and ends a request after five minutes).
 	Client *http.Client
 	// ListPage is the most keys a list page asks for (S3's 1000 when zero).
 	ListPage int
@@ -68,7 +68,10 @@ type S3 struct {
 var s3Client = func() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
-	return &http.Client{Transport: tr}
+	// A request that hangs (a half-open connection) ends and is retried:
+	// the engine's commits and cached file reads run without a deadline.
+	// Five minutes is far above a part's or a window's transfer.
+	return &http.Client{Transport: tr, Timeout: 5 * time.Minute}
 }()
 
 // NewS3 returns the storage cfg names; it makes no request.
