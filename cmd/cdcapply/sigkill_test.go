@@ -94,6 +94,13 @@ func TestSIGKILLTwoProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a 100k-event stream")
 	}
+	two := staticMember
+	two.processes, two.assignment = 2, "partitions"
+	sigkillEachMode(t, 100_000, 20_000, two)
+}
+
+// sigkillEachMode runs sigkillRun on kfake in both write modes.
+func sigkillEachMode(t *testing.T, events, keys int64, c sigkillCase) {
 	for _, mode := range []string{"copy-on-write", "merge-on-read"} {
 		t.Run(mode, func(t *testing.T) {
 			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -101,11 +108,25 @@ func TestSIGKILLTwoProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cluster.Close()
-			two := staticMember
-			two.processes, two.writeMode, two.assignment = 2, mode, "partitions"
-			sigkillRun(t, cluster.ListenAddrs(), "", 100_000, 20_000, two)
+			c.writeMode = mode
+			sigkillRun(t, cluster.ListenAddrs(), "", events, keys, c)
 		})
 	}
+}
+
+// TestSIGKILLOnS3 is TestSIGKILLConvergesToOracle with the table on an
+// S3-compatible server: a kill lands anywhere in a commit cycle whose
+// files and log entries are objects (a PUT is whole or absent), and the
+// restarted process resumes from the txn actions it reads back from the
+// store. A shorter stream: the server answers a few hundred requests a
+// second.
+func TestSIGKILLOnS3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a 30k-event stream")
+	}
+	c := staticMember
+	c.s3, c.kills, c.rate = true, 4, 3000
+	sigkillEachMode(t, 30_000, 5_000, c)
 }
 
 // TestSIGKILLTablesHandover runs two processes on two tables under the
@@ -124,30 +145,6 @@ func TestSIGKILLTwoProcesses(t *testing.T) {
 // timer there, and stays in the group until the next rebalance's timeout
 // (60 s, franz-go's default) drops it. A real broker times every member
 // out from the join's end (TestSIGKILLRealKafka/tables-handover).
-// TestSIGKILLOnS3 is TestSIGKILLConvergesToOracle with the table on an
-// S3-compatible server: a kill lands anywhere in a commit cycle whose
-// files and log entries are objects (a PUT is whole or absent), and the
-// restarted process resumes from the txn actions it reads back from the
-// store. A shorter stream: the server answers a few hundred requests a
-// second.
-func TestSIGKILLOnS3(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: a 30k-event stream")
-	}
-	for _, mode := range []string{"copy-on-write", "merge-on-read"} {
-		t.Run(mode, func(t *testing.T) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cluster.Close()
-			c := staticMember
-			c.s3, c.writeMode, c.kills, c.rate = true, mode, 4, 3000
-			sigkillRun(t, cluster.ListenAddrs(), "", 30_000, 5_000, c)
-		})
-	}
-}
-
 func TestSIGKILLTablesHandover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: two 50k-event streams")
