@@ -102,7 +102,13 @@ func runOffsetGap(t *testing.T, brokers []string, topic string, start func(*test
 
 	// A gap opened while the partition is being read: retention deletes
 	// 20..24 before the engine fetches them (its fetching paused meanwhile).
-	e.client.PauseFetchPartitions(map[string][]int32{topic: {0}})
+	// The topic is paused, not the partition: the engine pauses and
+	// resumes partitions itself (a fetch error's back-off, here the gap
+	// at the assignment), and its resume of the partition could end this
+	// pause and fetch offset 20 before it was deleted (seen once in CI:
+	// "from=21 to=24 skipped=4"). A paused topic is the client's own, and
+	// the partition's data buffered meanwhile is dropped.
+	e.client.PauseFetchTopics(topic)
 	updates(p, ordersOracle{}, 20, 25)
 	updates(p, o, 25, 30)
 	dr, err = kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{topic: {0: {At: 25}}})
@@ -112,7 +118,7 @@ func runOffsetGap(t *testing.T, brokers []string, topic string, start func(*test
 	if err != nil {
 		t.Fatalf("delete records: %v", err)
 	}
-	e.client.ResumeFetchPartitions(map[string][]int32{topic: {0}})
+	e.client.ResumeFetchTopics(topic)
 	waitPositionsFor(t, table, topic, p.ends, 2*time.Minute)
 	stop()
 	sameAsOracle(t, table, o, "after skipping offsets 20..24 while reading")
