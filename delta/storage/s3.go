@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -244,15 +243,11 @@ func (e *s3Error) Error() string {
 	return fmt.Sprintf("%s %s: %d %s", e.Op, e.Location, e.Status, msg)
 }
 
-// retryable reports whether a request that ended in err (a transport
-// error) or status may succeed when sent again: throttles, 5xx, broken
-// connections, and S3's 409 for a conditional write racing another.
-func retryable(err error, status int) bool {
-	if err != nil {
-		var ne net.Error
-		return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-			strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "connection refused")
-	}
+// retryable reports whether a request answered with status may succeed
+// when sent again: throttles, 5xx, and S3's 409 for a conditional write
+// racing another. A request that got no answer (a broken or timed-out
+// connection) is always sent again, unless its context ended.
+func retryable(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusConflict || status >= 500
 }
 
@@ -305,10 +300,7 @@ func (s *S3) do(ctx context.Context, r request) (*http.Response, error) {
 				return nil, fmt.Errorf("%s %s: %w", r.op, loc, ctx.Err())
 			}
 			lastErr = fmt.Errorf("%s %s: %w", r.op, loc, err)
-			if retryable(err, 0) {
-				continue
-			}
-			return nil, lastErr
+			continue
 		}
 		for _, c := range r.okCodes {
 			if resp.StatusCode == c {
@@ -320,7 +312,7 @@ func (s *S3) do(ctx context.Context, r request) (*http.Response, error) {
 		resp.Body.Close()
 		_ = xml.Unmarshal(body, e)
 		lastErr = e
-		if retryable(nil, resp.StatusCode) {
+		if retryable(resp.StatusCode) {
 			continue
 		}
 		return nil, e

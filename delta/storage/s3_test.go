@@ -27,6 +27,7 @@ type fakeS3 struct {
 	conditional bool
 	requests    int
 	gets        map[string]int // GETs and HEADs of objects
+	drop        int            // requests to answer by closing the connection
 }
 
 func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,6 +36,14 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.requests++
 	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential=k/") {
 		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	if f.drop > 0 { // no answer: the connection closes
+		f.drop--
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
 		return
 	}
 	if len(f.queued) > 0 {
@@ -107,6 +116,10 @@ func TestS3Retries(t *testing.T) {
 	f.queued = []int{409}
 	if err := st.WriteIfAbsent(ctx, "a.json", []byte("y")); !errors.Is(err, ErrExist) {
 		t.Fatalf("a conditional write after a 409: %v, want ErrExist", err)
+	}
+	f.requests, f.drop = 0, 2
+	if err := st.Write(ctx, "d.json", []byte("x")); err != nil || f.requests != 3 {
+		t.Fatalf("a write after two dropped connections: %v after %d requests, want success on the third", err, f.requests)
 	}
 	f.requests = 0
 	f.queued = []int{403}
